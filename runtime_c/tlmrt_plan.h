@@ -1,0 +1,93 @@
+/*
+ * tlmrt_plan.h — the contract between a generated execution plan (templates/plan.c.j2,
+ * compiled into x86/model.so next to the TVM kernels) and the C runtime.
+ *
+ * The plan is plain C data: the runtime needs no JSON parser and no TVM. The runtime
+ * never trusts it: every offset and size is bounds-checked at open.
+ */
+#ifndef TLMRT_PLAN_H_
+#define TLMRT_PLAN_H_
+
+#include <stdint.h>
+
+#define TLMRT_PLAN_ABI_VERSION 1
+#define TLMRT_PLAN_MAX_NDIM 8
+
+/* Where a tensor's bytes live. */
+enum {
+  TLMRT_STORAGE_ARENA = 0,   /* offset into the activation arena (inputs and outputs live here too) */
+  TLMRT_STORAGE_WEIGHTS = 1  /* offset into weights.bin, read-only */
+};
+
+/* A TVM packed function as the LLVM backend exports it (tvm-ffi calling convention):
+ * int32_t __tvm_ffi_<name>(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result).
+ * Every argument is a DLTensor* with type index 7 (kTVMFFIDLTensorPtr). */
+typedef int32_t (*tlmrt_packed_fn)(void* self, const void* args, int32_t num_args, void* result);
+
+typedef struct {
+  int32_t storage;       /* TLMRT_STORAGE_* */
+  uint8_t dtype_code;    /* DLPack: 0 int, 1 uint, 2 float, 6 bool */
+  uint8_t dtype_bits;
+  uint16_t dtype_lanes;  /* always 1 */
+  uint64_t offset;       /* byte offset in its storage, 64-byte aligned */
+  uint64_t nbytes;       /* product(shape) * bits / 8 */
+  int32_t ndim;          /* 0..TLMRT_PLAN_MAX_NDIM */
+  const int64_t* shape;  /* ndim entries (may be NULL when ndim == 0) */
+} tlmrt_plan_tensor;
+
+typedef struct {
+  const char* kernel;          /* kernel name, for error messages */
+  tlmrt_packed_fn fn;
+  int32_t num_args;
+  const int32_t* args;         /* indices into tensors[] */
+} tlmrt_plan_step;
+
+typedef struct {
+  const char* name;
+  int32_t tensor;              /* index into tensors[]; storage must be ARENA */
+} tlmrt_plan_io;
+
+typedef struct {
+  uint32_t abi_version;        /* TLMRT_PLAN_ABI_VERSION */
+  const char* model_name;
+  uint64_t arena_bytes;
+  uint64_t weights_bytes;      /* expected size of weights.bin */
+  const char* weights_sha256;  /* lowercase hex, 64 chars */
+  int32_t num_tensors;
+  const tlmrt_plan_tensor* tensors;
+  int32_t num_inputs;
+  const tlmrt_plan_io* inputs;
+  int32_t num_outputs;
+  const tlmrt_plan_io* outputs;
+  int32_t num_steps;
+  const tlmrt_plan_step* steps;
+} tlmrt_plan;
+
+/* The one symbol a model library exports for the runtime. */
+typedef const tlmrt_plan* (*tlmrt_plan_get_fn)(void);
+#define TLMRT_PLAN_SYMBOL "tlmrt_plan_v1"
+
+/* Hooks that TVM's LLVM kernels reach through global function pointers that the loader
+ * fills (dlsym + store), exactly as TVM's own loader does. Declared here, ABI-compatible
+ * with tvm-ffi, written for tlmpack. */
+typedef struct {
+  void* sync_handle;
+  int32_t num_task;
+} tlmrt_parallel_env;
+typedef int (*tlmrt_parallel_lambda)(int task_id, tlmrt_parallel_env* penv, void* cdata);
+typedef int (*tlmrt_parallel_launch_fn)(tlmrt_parallel_lambda flambda, void* cdata, int num_task);
+typedef void* (*tlmrt_alloc_workspace_fn)(int device_type, int device_id, uint64_t nbytes,
+                                          int dtype_code_hint, int dtype_bits_hint);
+typedef int (*tlmrt_free_workspace_fn)(int device_type, int device_id, void* ptr);
+#define TLMRT_HOOK_PARALLEL_LAUNCH "__TVMBackendParallelLaunch"
+#define TLMRT_HOOK_ALLOC_WORKSPACE "__TVMBackendAllocWorkspace"
+#define TLMRT_HOOK_FREE_WORKSPACE "__TVMBackendFreeWorkspace"
+
+/* The generated plan.c also defines
+ *   void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n);
+ * (the kernels call it when an argument check fails; TVM's kernels leave it undefined) and keeps
+ * the message in a thread-local buffer; the runtime reads it through this symbol. */
+typedef const char* (*tlmrt_plan_kernel_error_fn)(void);
+#define TLMRT_PLAN_KERNEL_ERROR_SYMBOL "tlmrt_plan_kernel_error"
+
+#endif /* TLMRT_PLAN_H_ */
