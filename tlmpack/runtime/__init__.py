@@ -1,0 +1,31 @@
+"""Run a tlmpack artifact: `model = tlmpack.runtime.load("model.tar"); y, = model(x=x)`.
+
+This package runs on deployment machines, so it imports only the standard library and numpy:
+never tvm, torch or transformers (a test enforces it). The kernels run in the artifact's own C
+runtime (runtime_c/), reached through ctypes.
+"""
+
+from tlmpack.runtime.errors import (
+    ArtifactError,
+    IncompatibleTargetError,
+    InputError,
+    KernelError,
+    TlmpackError,
+    TlmpackWarning,
+)
+from tlmpack.runtime.model import Model, TensorSpec, load
+from tlmpack.runtime.preflight import CheckReport, check
+
+__all__ = [
+    "ArtifactError",
+    "CheckReport",
+    "IncompatibleTargetError",
+    "InputError",
+    "KernelError",
+    "Model",
+    "TensorSpec",
+    "TlmpackError",
+    "TlmpackWarning",
+    "check",
+    "load",
+]

@@ -1,0 +1,242 @@
+"""ctypes bindings over runtime_c/tlmrt.h, the C runtime's whole public API.
+
+The library comes from the artifact itself (runtime_c/libtlmrt.so, prebuilt on the build host), so
+the runtime that runs a model is the one it was packaged with. When the prebuilt library does not
+load here (another libc, another architecture), it is compiled from the artifact's runtime_c/
+sources with `bash runtime_c/build.sh OUTDIR` into the cache, once per distinct set of sources.
+ctypes releases the GIL during every call, so a long run does not block other Python threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+from tlmpack.runtime.errors import (
+    ArtifactError,
+    IncompatibleTargetError,
+    InputError,
+    KernelError,
+    TlmpackError,
+    TlmpackWarning,
+)
+from tlmpack.runtime.extract import cache_root
+
+MAX_NDIM = 8  # TLMRT_MAX_NDIM
+LIB_NAME = "libtlmrt.so"
+RUNTIME_DIR = "runtime_c"
+BUILD_SCRIPT = "build.sh"
+BUILD_TIMEOUT_S = 600
+
+# tlmrt_status
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_IO = 2
+ERR_ARTIFACT = 3
+ERR_INCOMPATIBLE = 4
+ERR_KERNEL = 5
+ERR_OUT_OF_MEMORY = 6
+
+STATUS_NAMES = {
+    OK: "TLMRT_OK", ERR_INVALID_ARGUMENT: "TLMRT_ERR_INVALID_ARGUMENT", ERR_IO: "TLMRT_ERR_IO",
+    ERR_ARTIFACT: "TLMRT_ERR_ARTIFACT", ERR_INCOMPATIBLE: "TLMRT_ERR_INCOMPATIBLE",
+    ERR_KERNEL: "TLMRT_ERR_KERNEL", ERR_OUT_OF_MEMORY: "TLMRT_ERR_OUT_OF_MEMORY",
+}
+_STATUS_ERRORS: dict[int, type[TlmpackError]] = {
+    ERR_INVALID_ARGUMENT: InputError,
+    ERR_IO: ArtifactError,
+    ERR_ARTIFACT: ArtifactError,
+    ERR_INCOMPATIBLE: IncompatibleTargetError,
+    ERR_KERNEL: KernelError,
+    ERR_OUT_OF_MEMORY: TlmpackError,
+}
+
+
+class Options(ctypes.Structure):
+    """tlmrt_options."""
+
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32), ("verify_files", ctypes.c_int32)]
+
+
+class TensorInfo(ctypes.Structure):
+    """tlmrt_tensor_info."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype_code", ctypes.c_uint8),
+        ("dtype_bits", ctypes.c_uint8),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_NDIM),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+def status_error(status: int, message: str, context: str) -> TlmpackError:
+    """The typed exception for a failed C call: `context` says what we were doing, `message` is the C sentence."""
+    cls = _STATUS_ERRORS.get(status, TlmpackError)
+    name = STATUS_NAMES.get(status, f"status {status}")
+    detail = message.strip() or f"the C runtime returned {name} without a message"
+    if status == ERR_OUT_OF_MEMORY:
+        detail = f"out of memory: {detail}"
+    return cls(f"{context}: {detail}")
+
+
+class Library:
+    """One loaded libtlmrt.so with its function signatures declared."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        lib = ctypes.CDLL(str(path))  # OSError if it does not load here
+        c_status = ctypes.c_int
+        pm = ctypes.c_void_p
+        self._sig(lib, "tlmrt_options_init", None, [ctypes.POINTER(Options)])
+        self._sig(lib, "tlmrt_model_open", c_status,
+                  [ctypes.c_char_p, ctypes.POINTER(Options), ctypes.POINTER(ctypes.c_void_p)])
+        self._sig(lib, "tlmrt_open_error", ctypes.c_char_p, [])
+        self._sig(lib, "tlmrt_model_num_inputs", ctypes.c_int32, [pm])
+        self._sig(lib, "tlmrt_model_num_outputs", ctypes.c_int32, [pm])
+        self._sig(lib, "tlmrt_model_input_info", c_status, [pm, ctypes.c_int32, ctypes.POINTER(TensorInfo)])
+        self._sig(lib, "tlmrt_model_output_info", c_status, [pm, ctypes.c_int32, ctypes.POINTER(TensorInfo)])
+        self._sig(lib, "tlmrt_model_run", c_status,
+                  [pm, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
+                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64)])
+        self._sig(lib, "tlmrt_model_last_error", ctypes.c_char_p, [pm])
+        self._sig(lib, "tlmrt_model_close", None, [pm])
+        self._sig(lib, "tlmrt_version", ctypes.c_char_p, [])
+        self.lib = lib
+        self.version = (lib.tlmrt_version() or b"").decode(errors="replace")
+
+    @staticmethod
+    def _sig(lib: ctypes.CDLL, name: str, restype: object, argtypes: list[object]) -> None:
+        fn = getattr(lib, name)  # AttributeError if the library lacks the symbol
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+    def open_model(self, artifact_dir: Path, num_threads: int, verify_files: bool) -> int:
+        """tlmrt_model_open; returns the model handle (an address) or raises the typed error."""
+        opts = Options()
+        self.lib.tlmrt_options_init(ctypes.byref(opts))
+        opts.num_threads = num_threads
+        opts.verify_files = 1 if verify_files else 0
+        handle = ctypes.c_void_p()
+        status = self.lib.tlmrt_model_open(os.fsencode(artifact_dir), ctypes.byref(opts), ctypes.byref(handle))
+        if status != OK or not handle.value:
+            # Thread-local in C, and ctypes calls run on this thread: read it right away.
+            message = (self.lib.tlmrt_open_error() or b"").decode(errors="replace")
+            raise status_error(status if status != OK else ERR_ARTIFACT, message, f"{artifact_dir}: cannot open the model")
+        return handle.value
+
+    def last_error(self, handle: int) -> str:
+        return (self.lib.tlmrt_model_last_error(handle) or b"").decode(errors="replace")
+
+    def tensor_infos(self, handle: int, outputs: bool) -> list[TensorInfo]:
+        """Every input's (or output's) tlmrt_tensor_info, names copied before the model can close."""
+        count = (self.lib.tlmrt_model_num_outputs if outputs else self.lib.tlmrt_model_num_inputs)(handle)
+        query = self.lib.tlmrt_model_output_info if outputs else self.lib.tlmrt_model_input_info
+        infos = []
+        for i in range(count):
+            info = TensorInfo()
+            status = query(handle, i, ctypes.byref(info))
+            if status != OK:
+                raise status_error(status, self.last_error(handle),
+                                   f"cannot query {'output' if outputs else 'input'} {i} of the model")
+            if not 0 <= info.ndim <= MAX_NDIM:
+                raise ArtifactError(f"the C runtime reports ndim {info.ndim} for {'output' if outputs else 'input'} {i}")
+            infos.append(info)
+        return infos
+
+
+_loaded: dict[Path, Library] = {}
+_load_lock = threading.Lock()
+
+
+def load_library(artifact_dir: Path) -> Library:
+    """The artifact's C runtime: the prebuilt library if it loads here, else one compiled from its sources.
+
+    $TLMPACK_RUNTIME_LIB, if set, names a libtlmrt.so to use instead (for developing the C runtime).
+    """
+    override = os.environ.get("TLMPACK_RUNTIME_LIB")
+    with _load_lock:
+        if override:
+            return _load_path(Path(override).expanduser(), "TLMPACK_RUNTIME_LIB")
+        prebuilt = artifact_dir / RUNTIME_DIR / LIB_NAME
+        reason = "it is missing"
+        if prebuilt.is_file():
+            try:
+                return _load_path(prebuilt, None)
+            except (OSError, AttributeError) as e:
+                reason = f"it does not load here: {e}"
+        built = _build_from_sources(artifact_dir, reason)
+        return _load_path(built, None)
+
+
+def _load_path(path: Path, source: str | None) -> Library:
+    real = path.resolve()
+    if real in _loaded:
+        return _loaded[real]
+    try:
+        lib = Library(real)
+    except (OSError, AttributeError) as e:
+        if source is None:
+            raise
+        raise IncompatibleTargetError(f"{source}={path}: cannot load it as the tlmpack C runtime ({e})") from e
+    _loaded[real] = lib
+    return lib
+
+
+def _sources_digest(src: Path) -> str:
+    """Hash of the runtime's sources and build script, so a rebuilt library is reused only for the same sources."""
+    h = hashlib.sha256()
+    for p in sorted(src.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.suffix in (".c", ".h", ".sh", ".inc", ".S"):
+            h.update(p.relative_to(src).as_posix().encode() + b"\0")
+            h.update(p.read_bytes() + b"\0")
+    h.update(os.uname().machine.encode())
+    return h.hexdigest()
+
+
+def _build_from_sources(artifact_dir: Path, reason: str) -> Path:
+    """Compiles runtime_c/ with its build.sh into <cache>/runtime/<sources digest>/, at most once."""
+    src = artifact_dir / RUNTIME_DIR
+    script = src / BUILD_SCRIPT
+    prebuilt = src / LIB_NAME
+    if not script.is_file():
+        raise IncompatibleTargetError(
+            f"{prebuilt}: {reason}, and the artifact has no {RUNTIME_DIR}/{BUILD_SCRIPT} to compile it from")
+    root = cache_root() / "runtime"
+    dest = root / _sources_digest(src)
+    lib = dest / LIB_NAME
+    if lib.is_file():
+        return lib
+    warnings.warn(f"{prebuilt}: {reason}; compiling the C runtime from the artifact's {RUNTIME_DIR}/ sources "
+                  f"into {dest}", TlmpackWarning, stacklevel=4)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name[:16]}-", dir=root))
+    try:
+        try:
+            proc = subprocess.run(["bash", str(script.resolve()), str(tmp.resolve())], cwd=artifact_dir,
+                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise IncompatibleTargetError(f"{prebuilt}: {reason}, and compiling it failed ({e})") from e
+        if proc.returncode != 0 or not (tmp / LIB_NAME).is_file():
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            raise IncompatibleTargetError(
+                f"{prebuilt}: {reason}, and `bash {RUNTIME_DIR}/{BUILD_SCRIPT}` failed "
+                f"(exit {proc.returncode}): {tail or 'no output'}")
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not lib.is_file():  # not another process finishing first: a real failure
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return lib

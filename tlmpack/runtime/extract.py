@@ -1,0 +1,177 @@
+"""Safe extraction of an artifact .tar into a content-addressed cache.
+
+An artifact comes from elsewhere and holds code we are about to dlopen, so the tar is not trusted:
+every member is checked before anything is written (no absolute paths, no `..`, no links, no
+devices), tarfile's "data" filter is applied on top, and the result is checked again on disk.
+Extraction goes into a temporary folder that is renamed into place, so a cache entry either is
+complete or does not exist: concurrent loads and interrupted extractions are safe.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from tlmpack.runtime.errors import ArtifactError
+
+_CHUNK = 1 << 20
+
+
+def cache_root() -> Path:
+    """Where tlmpack keeps extracted artifacts and rebuilt runtimes: $TLMPACK_CACHE, else the XDG cache."""
+    env = os.environ.get("TLMPACK_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "tlmpack"
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file, read in chunks so big weights do not need to fit in memory twice."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def unsafe_path_reason(name: str) -> str | None:
+    """Why a relative path from an untrusted source (tar entry, manifest) is unsafe, or None if it is fine."""
+    if not name:
+        return "has an empty name"
+    if "\x00" in name:
+        return "has a NUL byte in its name"
+    if name.startswith("/") or name.startswith("\\"):
+        return "is an absolute path"
+    parts = name.replace("\\", "/").split("/")
+    if any(p == ".." for p in parts):
+        return "escapes the artifact folder"
+    if len(parts[0]) >= 2 and parts[0][1] == ":":  # a Windows drive ("C:...") is absolute somewhere
+        return "is an absolute path"
+    return None
+
+
+def _member_kind(m: tarfile.TarInfo) -> str | None:
+    """A description of a member that is neither a regular file nor a folder, or None if it is one of those."""
+    if m.isreg() or m.isdir():
+        return None
+    if m.issym():
+        return f"is a symbolic link (to {m.linkname!r})"
+    if m.islnk():
+        return f"is a hard link (to {m.linkname!r})"
+    if m.ischr():
+        return "is a character device"
+    if m.isblk():
+        return "is a block device"
+    if m.isfifo():
+        return "is a FIFO"
+    return f"has tar type {m.type!r}"
+
+
+def _normalized(name: str) -> str:
+    """The member's path without './' components and trailing slashes, as it will land on disk."""
+    return "/".join(p for p in name.split("/") if p not in ("", "."))
+
+
+def check_members(tar_name: str, members: list[tarfile.TarInfo]) -> list[str]:
+    """Refuses any member an artifact never has; returns the normalized regular-file paths.
+
+    Stricter than tarfile's "data" filter on purpose: the filter allows links that stay inside the
+    destination, but a tlmpack artifact has none, so any link is a sign of tampering.
+    """
+    files: list[str] = []
+    seen: set[str] = set()
+    for m in members:
+        reason = unsafe_path_reason(m.name)
+        if reason is None:
+            reason = _member_kind(m)
+        if reason is None and _normalized(m.name) in seen and not m.isdir():
+            reason = "appears twice"
+        if reason is not None:
+            raise ArtifactError(f"{tar_name}: entry {m.name!r} {reason}; refusing to extract")
+        norm = _normalized(m.name)
+        seen.add(norm)
+        if m.isreg() and norm:
+            files.append(norm)
+        elif m.isreg():
+            raise ArtifactError(f"{tar_name}: entry {m.name!r} is a file without a name; refusing to extract")
+    return files
+
+
+def _check_extracted(tar_name: str, root: Path, files: list[str]) -> None:
+    """Checks that every file landed inside `root` as a regular file, and that nothing else appeared there."""
+    real_root = root.resolve()
+    for rel in files:
+        p = root / rel
+        real = p.resolve()
+        if real_root not in real.parents or p.is_symlink() or not p.is_file():
+            raise ArtifactError(f"{tar_name}: entry {rel!r} did not extract to a regular file inside the artifact folder")
+    expected = set(files)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            if (Path(dirpath) / d).is_symlink():
+                raise ArtifactError(f"{tar_name}: extraction produced a symbolic link {d!r}; refusing it")
+        for f in filenames:
+            rel = (Path(dirpath) / f).relative_to(root).as_posix()
+            if rel not in expected:
+                raise ArtifactError(f"{tar_name}: extraction produced unexpected file {rel!r}; refusing it")
+
+
+def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Extracts `tar_path` once into `<cache>/artifacts/<sha256 of the tar>` and returns that folder.
+
+    A later call with the same bytes reuses the folder; the hashes inside are still verified by
+    preflight on every load, so a tampered cache is caught there.
+    """
+    tar_path = Path(tar_path)
+    tar_name = tar_path.name
+    try:
+        digest = sha256_file(tar_path)
+    except OSError as e:
+        raise ArtifactError(f"{tar_name}: cannot read it ({e.strerror or e})") from e
+
+    root = Path(cache_dir) if cache_dir is not None else cache_root() / "artifacts"
+    dest = root / digest
+    if dest.is_dir():
+        return dest
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ArtifactError(f"{tar_name}: cannot create the cache folder {root} ({e.strerror or e}); "
+                            f"set TLMPACK_CACHE to a writable folder") from e
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{digest[:16]}-", dir=root))
+    try:
+        try:
+            tf = tarfile.open(tar_path, "r:*")
+        except tarfile.TarError as e:
+            raise ArtifactError(f"{tar_name}: not a readable tar archive ({e})") from e
+        with tf:
+            try:
+                members = tf.getmembers()
+            except tarfile.TarError as e:
+                raise ArtifactError(f"{tar_name}: the tar archive is truncated or corrupted ({e})") from e
+            files = check_members(tar_name, members)
+            try:
+                tf.extractall(tmp, members=members, filter="data")
+            except (tarfile.TarError, OSError) as e:
+                raise ArtifactError(f"{tar_name}: extraction failed ({e})") from e
+        _check_extracted(tar_name, tmp, files)
+        try:
+            os.rename(tmp, dest)
+        except OSError as e:
+            # Another process finished first: its copy has the same bytes, use it.
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and dest.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+                return dest
+            raise ArtifactError(f"{tar_name}: cannot move the extracted artifact into {dest} ({e.strerror or e})") from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest

@@ -1,0 +1,244 @@
+"""`load()` and `Model`: an onnxruntime-like surface over the C runtime.
+
+Feeds are validated here, in Python, so a mistake is reported with names and shapes instead of a
+byte count from C; nothing is cast silently. Outputs are fresh numpy arrays every run: the caller
+owns them, and the C runtime copies into them (it allocates nothing while running).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tlmpack.runtime import _capi
+from tlmpack.runtime.errors import ArtifactError, InputError, TlmpackError
+from tlmpack.runtime.preflight import DTYPES, Device, check, specs_of
+
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: its name, numpy dtype name ("float32") and static shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> TensorSpec:
+        return TensorSpec(d["name"], d["dtype"], tuple(d["shape"]))
+
+
+def load(path: str | os.PathLike[str], device: str = "cpu", num_threads: int | None = None) -> Model:
+    """Verifies an artifact (.tar or extracted folder), picks a target for `device`, and opens it.
+
+    device: "cpu", "auto" (CUDA when the artifact and machine allow it, else CPU; CPU for now),
+    "cuda" or "cuda:N" (not supported yet: raises IncompatibleTargetError).
+    num_threads: worker threads for parallel kernels; None uses every online core.
+    Every check that needs no code runs first, so a corrupted or foreign artifact is refused
+    before anything from it is loaded.
+    """
+    if num_threads is not None and (not isinstance(num_threads, int) or isinstance(num_threads, bool)
+                                    or num_threads < 1):
+        raise ValueError(f"num_threads must be a positive integer or None; got {num_threads!r}")
+    report = check(path, device)
+    report.raise_first()
+    assert report.artifact_dir is not None and report.manifest is not None and report.target is not None
+    return Model(report.artifact_dir, report.manifest, report.target, Device.parse(device), num_threads or 0)
+
+
+class Model:
+    """A loaded artifact, ready to run. Not thread-safe in C, so runs on one Model are serialized.
+
+    Use it as a context manager, or call close(); it is also closed when garbage-collected.
+    """
+
+    def __init__(self, artifact_dir: Path, manifest: dict[str, Any], target: dict[str, Any],
+                 device: Device, num_threads: int = 0) -> None:
+        """Opens the model through the C runtime; use load(), which runs the preflight checks first."""
+        self.path = Path(artifact_dir)
+        self.manifest = manifest
+        self.target = target
+        self.device = "cpu" if target["kind"] == "x86" else str(device)
+        self.inputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "inputs")]
+        self.outputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "outputs")]
+        self._input_index = {s.name: i for i, s in enumerate(self.inputs)}
+        self._output_index = {s.name: i for i, s in enumerate(self.outputs)}
+        self._lock = threading.Lock()
+        self._lib = _capi.load_library(self.path)
+        # Preflight already hashed every file; the C runtime need not read them twice.
+        self._handle: int | None = self._lib.open_model(self.path, num_threads, verify_files=False)
+        self._finalizer = weakref.finalize(self, self._lib.lib.tlmrt_model_close, self._handle)
+        try:
+            self._check_against_plan()
+        except BaseException:
+            self.close()
+            raise
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        self._in_nbytes = (ctypes.c_uint64 * n_in)(*(s.nbytes for s in self.inputs))
+        self._out_nbytes = (ctypes.c_uint64 * n_out)(*(s.nbytes for s in self.outputs))
+
+    def _check_against_plan(self) -> None:
+        """The manifest (which users read) and the compiled plan (which runs) must describe the same tensors."""
+        assert self._handle is not None
+        for section, specs in (("input", self.inputs), ("output", self.outputs)):
+            infos = self._lib.tensor_infos(self._handle, outputs=section == "output")
+            if len(infos) != len(specs):
+                raise ArtifactError(f"{self.path}: manifest.json lists {len(specs)} {section}s, the compiled plan has "
+                                    f"{len(infos)}")
+            for i, (spec, info) in enumerate(zip(specs, infos, strict=True)):
+                name = (info.name or b"").decode(errors="replace")
+                dtype = _DTYPE_NAMES.get((info.dtype_code, info.dtype_bits),
+                                         f"(code {info.dtype_code}, {info.dtype_bits} bits)")
+                shape = tuple(info.shape[: info.ndim])
+                if (name, dtype, shape, info.nbytes) != (spec.name, spec.dtype, spec.shape, spec.nbytes):
+                    raise ArtifactError(
+                        f"{self.path}: manifest.json and the compiled plan disagree about {section} {i}: "
+                        f"manifest says {spec.name!r} {spec.dtype} {spec.shape}, plan says {name!r} {dtype} {shape} "
+                        f"({info.nbytes} bytes)")
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.outputs]
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def close(self) -> None:
+        """Frees the model's arena and unloads nothing else; safe to call twice."""
+        with self._lock:
+            if self._handle is not None:
+                self._handle = None
+                self._finalizer()
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = self.manifest.get("model", {}).get("name", "?")
+        state = "closed" if self.closed else f"target {self.target['id']}"
+        return f"<tlmpack Model {name!r} {state} inputs={self.input_names} outputs={self.output_names}>"
+
+    def run(self, output_names: Sequence[str] | None, feed: Mapping[str, Any]) -> list[np.ndarray]:
+        """Runs once and returns the requested outputs in the order asked (all, in model order, for None).
+
+        onnxruntime's InferenceSession.run semantics. `feed` maps every input name to a numpy array,
+        anything with __dlpack__ (a CPU torch tensor), or a Python scalar/list. Arrays must have the
+        exact dtype and shape; Python scalars and lists, which have no dtype of their own, are
+        converted to the input's dtype when that is a same-kind conversion (float -> float32, not
+        float -> int32).
+        """
+        wanted = self._output_indices(output_names)
+        arrays = self._arrays(feed)
+        outs = [np.empty(s.shape, dtype=s.dtype) for s in self.outputs]
+        in_ptrs = (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
+        out_ptrs = (ctypes.c_void_p * len(outs))(*(o.ctypes.data for o in outs))
+        with self._lock:
+            if self._handle is None:
+                raise TlmpackError("this model is closed; load it again to run it")
+            status = self._lib.lib.tlmrt_model_run(self._handle, in_ptrs, self._in_nbytes, out_ptrs, self._out_nbytes)
+            if status != _capi.OK:
+                raise _capi.status_error(status, self._lib.last_error(self._handle),
+                                         f"running {self.manifest.get('model', {}).get('name', 'the model')}")
+        return [outs[i] for i in wanted]
+
+    def __call__(self, feed: Mapping[str, Any] | None = None, /, **named: Any) -> list[np.ndarray]:
+        """model(x=..., y=...) or model({"x": ...}): every output, as a list in model order (like run(None, ...)).
+
+        Always a list, even with one output, so code does not change shape with the model.
+        """
+        if feed is not None and not isinstance(feed, Mapping):
+            raise InputError(f"pass inputs by name: model(**feed) or model(feed) with feed a dict; got a "
+                             f"{type(feed).__name__} (inputs: {', '.join(self.input_names)})")
+        merged = dict(feed or {})
+        for k, v in named.items():
+            if k in merged:
+                raise InputError(f"input {k!r} given twice (in the dict and as a keyword)")
+            merged[k] = v
+        return self.run(None, merged)
+
+    def _output_indices(self, output_names: Sequence[str] | None) -> list[int]:
+        if output_names is None:
+            return list(range(len(self.outputs)))
+        if isinstance(output_names, str):
+            raise InputError(f"output_names must be a list of names, not the string {output_names!r}; "
+                             f"use [{output_names!r}]")
+        indices = []
+        for n in output_names:
+            if n not in self._output_index:
+                raise InputError(f"unknown output {n!r}; this model's outputs are: {', '.join(self.output_names)}")
+            indices.append(self._output_index[n])
+        return indices
+
+    def _arrays(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
+        """One C-contiguous array per input, in model order, each checked against its TensorSpec."""
+        if not isinstance(feed, Mapping):
+            raise InputError(f"feed must be a dict of input name -> array; got {type(feed).__name__}")
+        expected = ", ".join(self.input_names) or "(none)"
+        for name in feed:
+            if name not in self._input_index:
+                raise InputError(f"unknown input {name!r}; this model's inputs are: {expected}")
+        missing = [s.name for s in self.inputs if s.name not in feed]
+        if missing:
+            raise InputError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}; "
+                             f"this model's inputs are: {expected}")
+        return [_as_input_array(spec, feed[spec.name]) for spec in self.inputs]
+
+
+def _as_input_array(spec: TensorSpec, value: Any) -> np.ndarray:
+    """Converts one feed value to a C-contiguous array of exactly spec's dtype and shape, or raises InputError."""
+    want = np.dtype(spec.dtype)
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "__dlpack__"):
+        try:
+            arr = np.from_dlpack(value)
+        except (TypeError, ValueError, RuntimeError, BufferError) as e:
+            raise InputError(f"input {spec.name!r}: cannot read the {type(value).__name__} through DLPack ({e}); "
+                             f"pass a CPU tensor or a numpy array") from e
+    elif hasattr(value, "dtype"):  # numpy scalars and array-likes that carry their own dtype
+        arr = np.asarray(value)
+    else:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"input {spec.name!r}: cannot convert a {type(value).__name__} to an array ({e})") from e
+        # A Python scalar or list has no dtype of its own: give it the input's, when no meaning is lost in kind.
+        if arr.dtype != want and np.can_cast(arr.dtype, want, casting="same_kind"):
+            arr = arr.astype(want)
+    if arr.dtype != want:
+        raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {_dtype_str(arr.dtype)}")
+    if tuple(arr.shape) != spec.shape:
+        raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {tuple(arr.shape)}")
+    return np.ascontiguousarray(arr)
+
+
+def _dtype_str(dt: np.dtype) -> str:
+    """numpy's name for a dtype, with byte order when it is not native (">f4" would otherwise read "float32")."""
+    if dt.byteorder not in ("=", "|") and dt.newbyteorder("=") != dt:
+        return f"{dt.name} ({'big' if dt.byteorder == '>' else 'little'}-endian)"
+    return dt.name

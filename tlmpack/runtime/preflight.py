@@ -1,0 +1,386 @@
+"""Preflight: everything that can be checked about an artifact before any of its code is loaded.
+
+The manifest is read and validated, every file's sha256 is compared with the manifest (and with
+SHA256SUMS), and a target that this machine can run is chosen. Nothing here dlopens anything, so
+`check()` is safe to run on an artifact nobody trusts yet (the future `tlmpack check`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tlmpack.runtime.errors import ArtifactError, IncompatibleTargetError, TlmpackError
+from tlmpack.runtime.extract import extract_artifact, sha256_file, unsafe_path_reason
+
+FORMAT = "tlmpack"
+SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
+MANIFEST = "manifest.json"
+SHA256SUMS = "SHA256SUMS"
+
+# dtype names the runtime can feed from and return to numpy (DLPack code, bits).
+DTYPES: dict[str, tuple[int, int]] = {
+    "bool": (6, 8),
+    "int8": (0, 8), "int16": (0, 16), "int32": (0, 32), "int64": (0, 64),
+    "uint8": (1, 8), "uint16": (1, 16), "uint32": (1, 32), "uint64": (1, 64),
+    "float16": (2, 16), "float32": (2, 32), "float64": (2, 64),
+}
+
+# Which target kinds serve which device request, in order of preference. CUDA joins "cuda" and
+# "auto" (first) once the runtime has a CUDA backend; until then those kinds are listed but unsupported.
+_DEVICE_KINDS: dict[str, tuple[str, ...]] = {"cpu": ("x86",), "cuda": ("cuda",), "auto": ("cuda", "x86")}
+_SUPPORTED_KINDS: frozenset[str] = frozenset({"x86"})
+
+
+@dataclass(frozen=True)
+class Device:
+    """A parsed device request: kind is "cpu", "cuda" or "auto"; index only for CUDA."""
+
+    kind: str
+    index: int = 0
+
+    @staticmethod
+    def parse(device: str) -> Device:
+        """Parses "auto", "cpu", "cuda" or "cuda:N"; anything else is a caller mistake (ValueError)."""
+        if not isinstance(device, str):
+            raise ValueError(f"device must be a string like 'cpu', 'auto' or 'cuda:0'; got {device!r}")
+        d = device.strip().lower()
+        if d in ("cpu", "auto", "cuda"):
+            return Device(d)
+        if d.startswith("cuda:") and d[5:].isdigit():
+            return Device("cuda", int(d[5:]))
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
+
+    def __str__(self) -> str:
+        return f"cuda:{self.index}" if self.kind == "cuda" else self.kind
+
+
+@dataclass(frozen=True)
+class Host:
+    """What preflight needs to know about this machine; a parameter so tests can describe other machines."""
+
+    machine: str
+    os: str
+    cpu_features: frozenset[str]
+
+    @staticmethod
+    def this(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> Host:
+        """This machine: architecture, OS, and the CPU flags every core has."""
+        return Host(platform.machine().lower(), sys.platform, read_cpu_features(cpuinfo))
+
+
+def read_cpu_features(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
+    """The /proc/cpuinfo flags that every listed processor has (empty when the file is unreadable).
+
+    The intersection, not the first core's flags, because a thread may be scheduled on any core.
+    """
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    common: set[str] | None = None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            common = flags if common is None else common & flags
+    return frozenset(common or ())
+
+
+def read_manifest(artifact_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads and validates manifest.json: the format, its version, and the fields the runtime relies on."""
+    path = Path(artifact_dir) / MANIFEST
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ArtifactError(f"{artifact_dir}: no {MANIFEST}; this is not a tlmpack artifact") from None
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read it ({e.strerror or e})") from e
+    try:
+        manifest = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{path}: expected a JSON object, found {type(manifest).__name__}")
+    fmt = manifest.get("format")
+    if fmt != FORMAT:
+        raise ArtifactError(f"{path}: format is {fmt!r}, expected {FORMAT!r}; this is not a tlmpack artifact")
+    version = manifest.get("format_version")
+    if version not in SUPPORTED_FORMAT_VERSIONS or isinstance(version, bool):
+        supported = ", ".join(str(v) for v in SUPPORTED_FORMAT_VERSIONS)
+        hint = (" (an artifact from a newer tlmpack; upgrade tlmpack to load it)"
+                if isinstance(version, int) and version > max(SUPPORTED_FORMAT_VERSIONS) else "")
+        raise ArtifactError(f"{path}: format_version {version!r} is not supported; this runtime reads "
+                            f"format_version {supported}{hint}")
+    _validate_manifest(path, manifest)
+    return manifest
+
+
+def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
+    """Checks the fields the runtime uses, so later code can index them without guarding every access."""
+    def bad(what: str) -> ArtifactError:
+        return ArtifactError(f"{path}: {what}")
+
+    for section in ("inputs", "outputs"):
+        specs = m.get(section)
+        if not isinstance(specs, list) or (section == "outputs" and not specs):
+            raise bad(f"{section!r} must be a non-empty list" if section == "outputs" else f"{section!r} must be a list")
+        names: set[str] = set()
+        for i, s in enumerate(specs):
+            if not isinstance(s, dict) or not isinstance(s.get("name"), str) or not s["name"]:
+                raise bad(f"{section}[{i}] needs a non-empty string 'name'")
+            if s["name"] in names:
+                raise bad(f"{section} name {s['name']!r} appears twice")
+            names.add(s["name"])
+            if s.get("dtype") not in DTYPES:
+                raise bad(f"{section[:-1]} {s['name']!r} has dtype {s.get('dtype')!r}; this runtime handles "
+                          f"{', '.join(DTYPES)}")
+            shape = s.get("shape")
+            if (not isinstance(shape, list) or
+                    not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+                raise bad(f"{section[:-1]} {s['name']!r} has shape {shape!r}; expected a list of non-negative integers")
+
+    files = m.get("files")
+    if not isinstance(files, dict) or not files:
+        raise bad("'files' must be a non-empty object mapping paths to sha256 hashes")
+    for rel, digest in files.items():
+        reason = unsafe_path_reason(rel)
+        if reason:
+            raise bad(f"files entry {rel!r} {reason}")
+        if rel in (MANIFEST, SHA256SUMS):
+            raise bad(f"files must not list {rel!r} (it cannot hash itself)")
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            raise bad(f"files entry {rel!r} has {digest!r}, expected a lowercase hex sha256")
+
+    targets = m.get("targets")
+    if not isinstance(targets, list) or not targets:
+        raise bad("'targets' must be a non-empty list")
+    for i, t in enumerate(targets):
+        if not isinstance(t, dict) or not isinstance(t.get("id"), str) or not isinstance(t.get("kind"), str):
+            raise bad(f"targets[{i}] needs string 'id' and 'kind'")
+        tfiles = t.get("files", [])
+        if not isinstance(tfiles, list) or not all(isinstance(f, str) for f in tfiles):
+            raise bad(f"target {t['id']!r}: 'files' must be a list of paths")
+        for f in tfiles:
+            if f not in files:
+                raise bad(f"target {t['id']!r} needs {f!r}, which 'files' does not list (so it is not hashed)")
+        feats = t.get("cpu_features", [])
+        if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
+            raise bad(f"target {t['id']!r}: 'cpu_features' must be a list of strings")
+
+
+def read_sha256sums(artifact_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """Parses SHA256SUMS ("<sha256>  <path>" lines, as sha256sum writes them)."""
+    path = Path(artifact_dir) / SHA256SUMS
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ArtifactError(f"{artifact_dir}: no {SHA256SUMS}; the artifact is incomplete") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: cannot read it ({e})") from e
+    sums: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, sep, rel = line.partition(" ")
+        rel = rel.lstrip(" *")  # " " text mode, "*" binary mode
+        if not sep or len(digest) != 64 or not rel:
+            raise ArtifactError(f"{path}: line {n} is not '<sha256>  <path>': {line!r}")
+        sums[rel] = digest.lower()
+    return sums
+
+
+def verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> list[ArtifactError]:
+    """Compares every file listed in the manifest with its sha256, and SHA256SUMS with the manifest.
+
+    Returns one error per problem (empty when all is well) so `check` can show them all;
+    `load` raises the first.
+    """
+    return _verify_files(artifact_dir, manifest)[1]
+
+
+def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> tuple[int, list[ArtifactError]]:
+    """verify_files, plus how many files matched their hash."""
+    root = Path(artifact_dir)
+    matched = 0
+    files: dict[str, str] = manifest["files"]
+    problems: list[ArtifactError] = []
+    try:
+        sums = read_sha256sums(root)
+    except ArtifactError as e:
+        problems.append(e)
+    else:
+        if sums != files:
+            only_sums = sorted(set(sums) - set(files))
+            only_manifest = sorted(set(files) - set(sums))
+            differ = sorted(k for k in set(files) & set(sums) if files[k] != sums[k])
+            what = (f"{only_manifest[0]!r} is in manifest.json only" if only_manifest else
+                    f"{only_sums[0]!r} is in SHA256SUMS only" if only_sums else
+                    f"they give different hashes for {differ[0]!r}")
+            problems.append(ArtifactError(f"{SHA256SUMS} and manifest.json disagree: {what}"))
+    for rel in sorted(files):
+        path = root / rel
+        if path.is_symlink() or not path.is_file():
+            problems.append(ArtifactError(
+                f"{rel}: listed in manifest.json but {'a link' if path.is_symlink() else 'missing'} "
+                f"in the artifact {root}"))
+            continue
+        try:
+            found = sha256_file(path)
+        except OSError as e:
+            problems.append(ArtifactError(f"{rel}: cannot read it ({e.strerror or e})"))
+            continue
+        if found != files[rel]:
+            problems.append(ArtifactError(
+                f"{rel}: sha256 mismatch (expected {files[rel][:12]}…, found {found[:12]}…); "
+                f"the artifact is corrupted or was modified"))
+        else:
+            matched += 1
+    return matched, problems
+
+
+def target_problems(target: Mapping[str, Any], host: Host) -> list[str]:
+    """Why `host` cannot run `target` (empty when it can). One function per kind goes here."""
+    kind = target["kind"]
+    tid = target["id"]
+    if kind not in _SUPPORTED_KINDS:
+        return [f"target {tid} is a {kind} target, which this runtime does not support yet"]
+    if kind == "x86":
+        if host.machine not in ("x86_64", "amd64") or not host.os.startswith("linux"):
+            return [f"target {tid} needs x86-64 Linux; this machine is {host.machine} {host.os}"]
+        wanted = [f.lower() for f in target.get("cpu_features", [])]
+        if wanted and not host.cpu_features:
+            return [f"target {tid} needs CPU features {', '.join(wanted)}, and this machine's "
+                    f"/proc/cpuinfo cannot be read to confirm them"]
+        missing = [f for f in wanted if f not in host.cpu_features]
+        if missing:
+            return [f"target {tid} needs CPU features {', '.join(missing)}, which this CPU lacks"]
+    return []
+
+
+def select_target(manifest: Mapping[str, Any], device: str | Device, host: Host | None = None) -> dict[str, Any]:
+    """Picks the first target in the manifest that serves `device` and that this machine can run.
+
+    Raises IncompatibleTargetError with every reason when none can.
+    """
+    dev = device if isinstance(device, Device) else Device.parse(device)
+    host = host or Host.this()
+    targets: list[dict[str, Any]] = manifest["targets"]
+    kinds = _DEVICE_KINDS[dev.kind]
+    built_for = ", ".join(sorted({t["kind"] for t in targets}))
+    if dev.kind == "cuda":
+        if not any(t["kind"] == "cuda" for t in targets):
+            raise IncompatibleTargetError(
+                f"device '{dev}': the artifact has no cuda target (it was built for: {built_for}); "
+                f"rebuild it with a CUDA target, or load it with device='cpu'")
+        raise IncompatibleTargetError(
+            f"device '{dev}': this runtime does not support CUDA targets yet; "
+            f"load the artifact with device='cpu'")
+    reasons: list[str] = []
+    for kind in kinds:
+        for t in targets:
+            if t["kind"] != kind:
+                continue
+            if kind not in _SUPPORTED_KINDS and dev.kind == "auto":
+                continue  # "auto" quietly falls back to what this runtime can run
+            why = target_problems(t, host)
+            if not why:
+                return dict(t)
+            reasons.extend(why)
+    if not reasons:
+        raise IncompatibleTargetError(
+            f"device '{dev}': the artifact has no {'/'.join(kinds)} target "
+            f"(it was built for: {built_for})")
+    raise IncompatibleTargetError("; ".join(reasons))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What preflight found: the artifact folder, its manifest, the chosen target, and every problem."""
+
+    path: Path
+    device: str
+    artifact_dir: Path | None = None
+    manifest: dict[str, Any] | None = None
+    target: dict[str, Any] | None = None
+    files_checked: int = 0
+    problems: tuple[TlmpackError, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def raise_first(self) -> None:
+        """Raises the first problem (artifact problems come before target problems), noting how many more."""
+        if not self.problems:
+            return
+        first = self.problems[0]
+        rest = len(self.problems) - 1
+        if rest == 0:
+            raise first
+        raise type(first)(f"{first} (and {rest} more problem{'s' if rest > 1 else ''}: "
+                          f"run `tlmpack check` to see all)") from first
+
+    def lines(self) -> list[str]:
+        """Human-readable summary, one fact per line, for the CLI."""
+        out = [f"artifact: {self.path}"]
+        if self.artifact_dir is not None and self.artifact_dir != self.path:
+            out.append(f"extracted to: {self.artifact_dir}")
+        if self.manifest is not None:
+            model = self.manifest.get("model", {})
+            out.append(f"model: {model.get('name', '?')} (format_version {self.manifest.get('format_version')}, "
+                       f"tlmpack {self.manifest.get('tlmpack_version', '?')})")
+            out.append(f"files verified: {self.files_checked}/{len(self.manifest['files'])}")
+        if self.target is not None:
+            out.append(f"target for device {self.device}: {self.target['id']} ({self.target['kind']})")
+        out.extend(f"problem: {p}" for p in self.problems)
+        out.append("ok" if self.ok else f"{len(self.problems)} problem(s)")
+        return out
+
+
+def resolve_artifact(path: str | os.PathLike[str]) -> Path:
+    """A directory is used in place; a file is treated as a tar and extracted into the cache."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p
+    if p.is_file():
+        return extract_artifact(p)
+    raise ArtifactError(f"{p}: no such file or directory")
+
+
+def check(path: str | os.PathLike[str], device: str = "cpu", host: Host | None = None) -> CheckReport:
+    """Runs every preflight check without loading any code; returns a report instead of raising.
+
+    Only a malformed `device` raises (ValueError): that is a caller mistake, not an artifact problem.
+    """
+    dev = Device.parse(device)
+    p = Path(path)
+    try:
+        artifact_dir = resolve_artifact(p)
+    except TlmpackError as e:
+        return CheckReport(p, str(dev), problems=(e,))
+    try:
+        manifest = read_manifest(artifact_dir)
+    except TlmpackError as e:
+        return CheckReport(p, str(dev), artifact_dir, problems=(e,))
+    matched, file_problems = _verify_files(artifact_dir, manifest)
+    problems: list[TlmpackError] = list(file_problems)
+    target = None
+    try:
+        target = select_target(manifest, dev, host)
+    except IncompatibleTargetError as e:
+        problems.append(e)
+    return CheckReport(p, str(dev), artifact_dir, manifest, target,
+                       files_checked=matched, problems=tuple(problems))
+
+
+def specs_of(manifest: Mapping[str, Any], section: str) -> Iterable[tuple[str, str, tuple[int, ...]]]:
+    """(name, dtype, shape) of each input or output in the manifest."""
+    for s in manifest[section]:
+        yield s["name"], s["dtype"], tuple(s["shape"])
