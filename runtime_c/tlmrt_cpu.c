@@ -1,0 +1,347 @@
+/*
+ * tlmrt_cpu.c — the CPU backend: a pthread pool and the TVM context hooks that kernels call.
+ *
+ * TVM's LLVM kernels call the runtime through global function-pointer variables in the model
+ * library (__TVMBackendParallelLaunch, __TVMBackendAllocWorkspace, __TVMBackendFreeWorkspace and,
+ * for kernels with barriers, __TVMBackendParallelBarrier). tlmrt_cpu_create stores the functions
+ * below into those variables, as TVM's own loader does.
+ *
+ * The launch hook has no context parameter, so the pool it uses is found through a thread-local
+ * pointer: tlmrt_model_run sets it to the model's pool on the calling thread for the duration of the
+ * run (run_begin / run_end) and restores the previous value afterwards. A launch on a thread with
+ * no current pool (a kernel called outside tlmrt_model_run, a nested launch from inside a parallel
+ * task, a launch from a worker) runs its tasks one after another on the calling thread.
+ *
+ * Pool: N threads in total, the caller being thread 0 and N-1 workers. Task i of a launch with n
+ * tasks runs on thread i % N, so with n <= N (the usual case: TVM asks for num_task = 0, meaning N)
+ * every task has its own thread and parallel barriers work. Every worker acknowledges every launch,
+ * even one that gives it no task, so no worker can lag a launch behind. Waiting (workers for work,
+ * the caller for completion) spins for TLMRT_CPU_SPIN iterations before sleeping on a condvar.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tlmrt_internal.h"
+
+#ifndef TLMRT_CPU_SPIN
+#define TLMRT_CPU_SPIN 20000
+#endif
+#define TLMRT_CPU_MAX_THREADS 1024
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+typedef struct tlmrt_cpu_pool tlmrt_cpu_pool;
+
+typedef struct {
+  tlmrt_cpu_pool* pool;
+  int index;  /* 1..N-1 */
+  pthread_t thread;
+} cpu_worker;
+
+typedef struct {
+  _Atomic int count;
+  _Atomic uint32_t generation;
+} cpu_barrier;
+
+struct tlmrt_cpu_pool {
+  int num_threads;  /* N, the caller included */
+  int num_started;  /* workers actually running */
+  cpu_worker* workers;
+
+  /* The current launch; written by the caller before it bumps `generation`. */
+  tlmrt_parallel_lambda flambda;
+  void* cdata;
+  int num_task;
+  void* sync_handle;
+  int stop;
+
+  _Alignas(64) _Atomic uint32_t generation;
+  _Alignas(64) _Atomic int remaining;  /* workers yet to acknowledge the launch */
+  _Atomic int failed;
+  _Alignas(64) _Atomic int sleepers;   /* workers asleep on wake_cv */
+  _Atomic int caller_sleeping;
+  _Alignas(64) cpu_barrier barrier;
+
+  pthread_mutex_t mu;
+  pthread_cond_t wake_cv;
+  pthread_cond_t done_cv;
+};
+
+/* The pool that __TVMBackendParallelLaunch uses on this thread; see the comment at the top. */
+static _Thread_local tlmrt_cpu_pool* tls_current_pool = NULL;
+
+/* ---- hooks ------------------------------------------------------------------------------------ */
+
+static int run_tasks(tlmrt_parallel_lambda flambda, void* cdata, int first, int step, int n,
+                     void* sync_handle) {
+  int failed = 0;
+  for (int i = first; i < n; i += step) {
+    tlmrt_parallel_env env = {sync_handle, n};
+    if (flambda(i, &env, cdata) != 0) failed = 1;
+  }
+  return failed;
+}
+
+static void worker_wait_done(tlmrt_cpu_pool* pool) {
+  if (atomic_fetch_sub(&pool->remaining, 1) == 1 && atomic_load(&pool->caller_sleeping)) {
+    pthread_mutex_lock(&pool->mu);
+    pthread_cond_signal(&pool->done_cv);
+    pthread_mutex_unlock(&pool->mu);
+  }
+}
+
+static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
+  for (int i = 0; i < TLMRT_CPU_SPIN; ++i) {
+    uint32_t g = atomic_load_explicit(&pool->generation, memory_order_acquire);
+    if (g != seen) return g;
+    cpu_relax();
+  }
+  pthread_mutex_lock(&pool->mu);
+  atomic_fetch_add(&pool->sleepers, 1);
+  uint32_t g;
+  while ((g = atomic_load(&pool->generation)) == seen) pthread_cond_wait(&pool->wake_cv, &pool->mu);
+  atomic_fetch_sub(&pool->sleepers, 1);
+  pthread_mutex_unlock(&pool->mu);
+  return g;
+}
+
+static void* worker_main(void* arg) {
+  cpu_worker* self = (cpu_worker*)arg;
+  tlmrt_cpu_pool* pool = self->pool;
+  uint32_t seen = 0;
+  for (;;) {
+    seen = worker_wait_work(pool, seen);
+    if (pool->stop) break;
+    if (run_tasks(pool->flambda, pool->cdata, self->index, pool->num_threads, pool->num_task,
+                  pool->sync_handle)) {
+      atomic_store(&pool->failed, 1);
+    }
+    worker_wait_done(pool);
+  }
+  return NULL;
+}
+
+/* Publishes the job fields written just before (seq_cst pairs with the worker's sleeper count). */
+static void pool_publish(tlmrt_cpu_pool* pool, int always_broadcast) {
+  atomic_fetch_add(&pool->generation, 1u);
+  if (always_broadcast || atomic_load(&pool->sleepers) > 0) {
+    pthread_mutex_lock(&pool->mu);
+    pthread_cond_broadcast(&pool->wake_cv);
+    pthread_mutex_unlock(&pool->mu);
+  }
+}
+
+static void pool_wait_workers(tlmrt_cpu_pool* pool) {
+  for (int i = 0; i < TLMRT_CPU_SPIN; ++i) {
+    if (atomic_load_explicit(&pool->remaining, memory_order_acquire) == 0) return;
+    cpu_relax();
+  }
+  pthread_mutex_lock(&pool->mu);
+  atomic_store(&pool->caller_sleeping, 1);
+  while (atomic_load(&pool->remaining) != 0) pthread_cond_wait(&pool->done_cv, &pool->mu);
+  atomic_store(&pool->caller_sleeping, 0);
+  pthread_mutex_unlock(&pool->mu);
+}
+
+static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int num_task) {
+  if (flambda == NULL || num_task < 0) return -1;
+  tlmrt_cpu_pool* pool = tls_current_pool;
+  if (pool == NULL || pool->num_started == 0) {
+    /* No pool here (or a pool of one): run serially. A barrier cannot work with n > 1 here. */
+    int n = num_task == 0 ? 1 : num_task;
+    return run_tasks(flambda, cdata, 0, 1, n, NULL) ? -1 : 0;
+  }
+  int n = num_task == 0 ? pool->num_threads : num_task;
+  pool->flambda = flambda;
+  pool->cdata = cdata;
+  pool->num_task = n;
+  pool->sync_handle = n <= pool->num_threads ? (void*)&pool->barrier : NULL;
+  atomic_store_explicit(&pool->barrier.count, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool->failed, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool->remaining, pool->num_started, memory_order_relaxed);
+  pool_publish(pool, 0);
+
+  tls_current_pool = NULL;  /* a nested launch from task 0 runs serially */
+  int failed = run_tasks(flambda, cdata, 0, pool->num_threads, n, pool->sync_handle);
+  tls_current_pool = pool;
+  pool_wait_workers(pool);
+  return (failed || atomic_load(&pool->failed)) ? -1 : 0;
+}
+
+static int cpu_parallel_barrier(int task_id, tlmrt_parallel_env* penv) {
+  (void)task_id;
+  if (penv == NULL) return -1;
+  if (penv->num_task <= 1) return 0;
+  cpu_barrier* b = (cpu_barrier*)penv->sync_handle;
+  if (b == NULL) return -1;  /* the tasks are not all running at once: waiting would deadlock */
+  uint32_t gen = atomic_load(&b->generation);
+  if (atomic_fetch_add(&b->count, 1) == penv->num_task - 1) {
+    atomic_store(&b->count, 0);
+    atomic_fetch_add(&b->generation, 1u);
+    return 0;
+  }
+  for (unsigned spins = 0; atomic_load(&b->generation) == gen; ++spins) {
+    if (spins < TLMRT_CPU_SPIN) {
+      cpu_relax();
+    } else {
+      sched_yield();
+    }
+  }
+  return 0;
+}
+
+static void* cpu_alloc_workspace(int device_type, int device_id, uint64_t nbytes, int dtype_code_hint,
+                                 int dtype_bits_hint) {
+  (void)device_type;
+  (void)device_id;
+  (void)dtype_code_hint;
+  (void)dtype_bits_hint;
+  if (nbytes > (uint64_t)SIZE_MAX - TLMRT_ALIGNMENT) return NULL;
+  size_t size = ((size_t)nbytes + TLMRT_ALIGNMENT - 1u) & ~(size_t)(TLMRT_ALIGNMENT - 1u);
+  if (size == 0) size = TLMRT_ALIGNMENT;
+  return aligned_alloc(TLMRT_ALIGNMENT, size);
+}
+
+static int cpu_free_workspace(int device_type, int device_id, void* ptr) {
+  (void)device_type;
+  (void)device_id;
+  free(ptr);
+  return 0;
+}
+
+/* ---- backend ---------------------------------------------------------------------------------- */
+
+static void pool_destroy(tlmrt_cpu_pool* pool) {
+  if (pool == NULL) return;
+  if (pool->num_started > 0) {
+    pool->stop = 1;
+    pool_publish(pool, 1);
+    for (int i = 0; i < pool->num_started; ++i) pthread_join(pool->workers[i].thread, NULL);
+  }
+  pthread_cond_destroy(&pool->done_cv);
+  pthread_cond_destroy(&pool->wake_cv);
+  pthread_mutex_destroy(&pool->mu);
+  free(pool->workers);
+  free(pool);
+}
+
+static tlmrt_status pool_create(int num_threads, tlmrt_cpu_pool** out, char* err, size_t err_cap) {
+  *out = NULL;
+  tlmrt_cpu_pool* pool = (tlmrt_cpu_pool*)aligned_alloc(64, sizeof(tlmrt_cpu_pool));
+  if (pool == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  memset(pool, 0, sizeof(*pool));
+  pool->num_threads = num_threads;
+  atomic_init(&pool->generation, 0u);
+  atomic_init(&pool->remaining, 0);
+  atomic_init(&pool->failed, 0);
+  atomic_init(&pool->sleepers, 0);
+  atomic_init(&pool->caller_sleeping, 0);
+  atomic_init(&pool->barrier.count, 0);
+  atomic_init(&pool->barrier.generation, 0u);
+  int rc = pthread_mutex_init(&pool->mu, NULL);
+  if (rc == 0) {
+    rc = pthread_cond_init(&pool->wake_cv, NULL);
+    if (rc == 0) {
+      rc = pthread_cond_init(&pool->done_cv, NULL);
+      if (rc != 0) pthread_cond_destroy(&pool->wake_cv);
+    }
+    if (rc != 0) pthread_mutex_destroy(&pool->mu);
+  }
+  if (rc != 0) {
+    free(pool);
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
+                        "cannot create the thread pool's mutex or condition variables: %s",
+                        strerror(rc));
+  }
+  int num_workers = num_threads - 1;
+  if (num_workers > 0) {
+    pool->workers = (cpu_worker*)calloc((size_t)num_workers, sizeof(cpu_worker));
+    if (pool->workers == NULL) {
+      pool_destroy(pool);
+      return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+  }
+  for (int i = 0; i < num_workers; ++i) {
+    pool->workers[i].pool = pool;
+    pool->workers[i].index = i + 1;
+    rc = pthread_create(&pool->workers[i].thread, NULL, worker_main, &pool->workers[i]);
+    if (rc != 0) {
+      pool_destroy(pool);
+      return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
+                          "cannot start worker thread %d of %d: %s", i + 1, num_workers, strerror(rc));
+    }
+    pool->num_started = i + 1;
+  }
+  *out = pool;
+  return TLMRT_OK;
+}
+
+/* Stores fn into the model library's function-pointer variable `name`, if the library has one. */
+static void fill_hook(void* dl_handle, const char* name, const void* fn_ptr, size_t fn_size) {
+  dlerror();
+  void* slot = dlsym(dl_handle, name);
+  if (slot == NULL) return;  /* no kernel uses this hook */
+  memcpy(slot, fn_ptr, fn_size);
+}
+
+static tlmrt_status cpu_create(const tlmrt_options* opts, void* dl_handle, void** out_state, char* err,
+                               size_t err_cap) {
+  *out_state = NULL;
+  long n = opts->num_threads;
+  if (n == 0) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+  }
+  if (n < 1 || n > TLMRT_CPU_MAX_THREADS) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_INVALID_ARGUMENT,
+                        "num_threads: expected 0 (all cores) or 1..%d, found %ld",
+                        TLMRT_CPU_MAX_THREADS, n);
+  }
+  tlmrt_cpu_pool* pool = NULL;
+  tlmrt_status status = pool_create((int)n, &pool, err, err_cap);
+  if (status != TLMRT_OK) return status;
+
+  tlmrt_parallel_launch_fn launch = cpu_parallel_launch;
+  tlmrt_parallel_barrier_fn barrier = cpu_parallel_barrier;
+  tlmrt_alloc_workspace_fn alloc = cpu_alloc_workspace;
+  tlmrt_free_workspace_fn release = cpu_free_workspace;
+  /* Equivalent to *(tlmrt_parallel_launch_fn*)dlsym(h, "__TVMBackendParallelLaunch") = launch. */
+  fill_hook(dl_handle, TLMRT_HOOK_PARALLEL_LAUNCH, &launch, sizeof(launch));
+  fill_hook(dl_handle, TLMRT_HOOK_PARALLEL_BARRIER, &barrier, sizeof(barrier));
+  fill_hook(dl_handle, TLMRT_HOOK_ALLOC_WORKSPACE, &alloc, sizeof(alloc));
+  fill_hook(dl_handle, TLMRT_HOOK_FREE_WORKSPACE, &release, sizeof(release));
+  *out_state = pool;
+  return TLMRT_OK;
+}
+
+static void cpu_destroy(void* state) { pool_destroy((tlmrt_cpu_pool*)state); }
+
+static void* cpu_run_begin(void* state) {
+  tlmrt_cpu_pool* saved = tls_current_pool;
+  tls_current_pool = (tlmrt_cpu_pool*)state;
+  return saved;
+}
+
+static void cpu_run_end(void* state, void* saved) {
+  (void)state;
+  tls_current_pool = (tlmrt_cpu_pool*)saved;
+}
+
+const tlmrt_backend tlmrt_backend_cpu = {
+    "cpu", cpu_create, cpu_destroy, cpu_run_begin, cpu_run_end,
+};
