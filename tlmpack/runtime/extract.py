@@ -15,11 +15,16 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from tlmpack.runtime.errors import ArtifactError
 
 _CHUNK = 1 << 20
+_STALE_TMP_S = 24 * 3600  # a temporary folder this old was left by an interrupted extraction
+# tarfile's extraction filters arrived in 3.12 and were backported to 3.10.12/3.11.4; our own member
+# check is stricter than the "data" filter, so an older Python still extracts safely without it.
+_FILTER: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 def cache_root() -> Path:
@@ -159,7 +164,7 @@ def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathL
                 raise ArtifactError(f"{tar_name}: the tar archive is truncated or corrupted ({e})") from e
             files = check_members(tar_name, members)
             try:
-                tf.extractall(tmp, members=members, filter="data")
+                tf.extractall(tmp, members=members, **_FILTER)  # type: ignore[arg-type]
             except (tarfile.TarError, OSError) as e:
                 raise ArtifactError(f"{tar_name}: extraction failed ({e})") from e
         _check_extracted(tar_name, tmp, files)
@@ -174,4 +179,16 @@ def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathL
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _sweep_stale(root)
     return dest
+
+
+def _sweep_stale(root: Path) -> None:
+    """Removes temporary folders that interrupted extractions (a kill, a power cut) left behind."""
+    now = time.time()
+    for p in root.glob(".tmp-*"):
+        try:
+            if now - p.stat().st_mtime > _STALE_TMP_S:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass

@@ -229,7 +229,10 @@ def _as_input_array(spec: TensorSpec, value: Any) -> np.ndarray:
             raise InputError(f"input {spec.name!r}: cannot convert a {type(value).__name__} to an array ({e})") from e
         # A Python scalar or list has no dtype of its own: give it the input's, when no meaning is lost in kind.
         if arr.dtype != want and np.can_cast(arr.dtype, want, casting="same_kind"):
-            arr = arr.astype(want)
+            try:
+                arr = np.asarray(value, dtype=want)  # numpy refuses Python ints out of the dtype's range
+            except OverflowError as e:
+                raise InputError(f"input {spec.name!r}: a value does not fit in {spec.dtype} ({e})") from e
     if arr.dtype != want:
         raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {_dtype_str(arr.dtype)}")
     if tuple(arr.shape) != spec.shape:
