@@ -448,6 +448,22 @@ def test_kernel_failure_raises_kernel_error_with_the_kernels_message(model: rt.M
     np.testing.assert_allclose(model(x=X, k=K)[1], expected()[1], rtol=1e-6), "the model still runs afterwards"
 
 
+def test_runs_from_several_threads_on_one_model_do_not_mix(model: rt.Model) -> None:
+    results: dict[int, list[np.ndarray]] = {}
+
+    def work(i: int) -> None:
+        results[i] = [model(x=X + i, k=K)[1] for _ in range(20)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        for z in results[i]:
+            np.testing.assert_allclose(z, expected(X + i)[1], rtol=1e-6)
+
+
 def test_closed_model_refuses_to_run(artifact: Path, needs_runtime: None) -> None:
     m = rt.load(artifact)
     m.close()
