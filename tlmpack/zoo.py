@@ -502,7 +502,7 @@ def export_onnx(
     data_path = path.with_name(path.name + ".data")
     if data_path.exists():
         data_path.unlink()
-    if proto.ByteSize() > _PROTO_LIMIT:
+    if _approx_size(proto) > _PROTO_LIMIT:
         onnx.save_model(
             proto,
             str(path),
@@ -696,6 +696,12 @@ def _simplify_pass(proto, stats: dict[str, int]) -> None:
     del g.initializer[:]
     g.initializer.extend(keep_inits)
     del g.value_info[:]
+
+
+def _approx_size(proto) -> int:
+    """Bytes of weight data plus a generous allowance for the graph (``ByteSize()`` takes seconds)."""
+    data = sum(len(t.raw_data) or _numel(t.dims) * 8 for t in proto.graph.initializer)
+    return data + 64 * 1024 * 1024
 
 
 def _numel(dims) -> int:

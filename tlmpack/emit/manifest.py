@@ -1,0 +1,31 @@
+"""manifest.json and SHA256SUMS: the records of the build, written down with sorted keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+FORMAT = "tlmpack"
+FORMAT_VERSION = 1
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder`` but the two files that describe the others."""
+    hashes = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel not in ("manifest.json", "SHA256SUMS"):
+            hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    """Adds ``files`` to the manifest, writes it and a SHA256SUMS the C runtime can check."""
+    hashes = file_hashes(folder)
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest, "files": hashes}
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        manifest["built_at_epoch"] = int(os.environ["SOURCE_DATE_EPOCH"])
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (folder / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in hashes.items()))

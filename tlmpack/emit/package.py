@@ -1,0 +1,121 @@
+"""The build: model → Relax → tasks → schedules → kernels → plan → the .tar artifact."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from .._paths import RUNTIME_C_DIR
+from ..errors import LoweringError
+from .manifest import write_manifest
+from .plan_c import render_plan
+from .tarball import write_reproducible_tar
+
+SUPPORTED_TARGETS = ("x86",)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Everything that changes the artifact; recorded in the manifest."""
+
+    targets: tuple[str, ...] = ("x86",)
+    cpu: str | None = None
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    scheduler: str = "default"
+
+    def to_json(self) -> dict:
+        return {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
+                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+
+
+def _run(cmd: list[str], cwd: Path, what: str) -> None:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise LoweringError(f"{what} failed ({' '.join(cmd[:3])} …):\n{result.stderr.strip()[-2000:]}")
+
+
+def _link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
+    """plan.c + the kernels' object → x86/model.so, deterministically."""
+    x86 = stage / "x86"
+    build = stage.parent / "build"
+    build.mkdir(exist_ok=True)
+    (build / "plan.c").write_text(plan_c)
+    shutil.copy(RUNTIME_C_DIR / "tlmrt_plan.h", build / "tlmrt_plan.h")
+    shutil.copy(kernels_object, build / "kernels.o")
+    cmd = ["cc", "-std=c11", "-O2", "-fPIC", "-shared", "-I.", "-ffile-prefix-map=.=.", "-Wl,--build-id=none",
+           "-Wl,-soname,model.so", "-o", str(x86 / "model.so"), "plan.c", "kernels.o", "-lm"]
+    _run(cmd, build, "linking x86/model.so")
+
+
+def _add_runtime(stage: Path) -> None:
+    """The runtime's sources, the public header, and a prebuilt library for hosts like this one."""
+    sources = stage / "runtime_c"
+    sources.mkdir()
+    for path in sorted(RUNTIME_C_DIR.iterdir()):
+        if path.suffix in (".c", ".h") or path.name == "build.sh":
+            shutil.copy(path, sources / path.name)
+    (stage / "include").mkdir()
+    shutil.copy(RUNTIME_C_DIR / "tlmrt.h", stage / "include" / "tlmrt.h")
+    _run(["bash", "runtime_c/build.sh", "runtime_c"], stage, "building the C runtime")
+
+
+def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None] = lambda s: None) -> dict:
+    """Builds ``model`` into the artifact ``out``; returns the manifest."""
+    import tvm
+
+    from ..frontend import load_model
+    from ..graph import fuse_to_tir, partition
+    from ..lower.x86 import build_kernels, x86_target
+    from ..schedule.select import schedule_tasks
+
+    unknown = set(options.targets) - set(SUPPORTED_TARGETS)
+    if unknown:
+        raise LoweringError(f"unknown target(s) {sorted(unknown)}; this build supports {list(SUPPORTED_TARGETS)}")
+    started = time.perf_counter()
+    say(f"loading {model}")
+    imported = load_model(model, options.input_shapes)
+    say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
+    graph = partition(fuse_to_tir(imported.mod))
+    say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
+        f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
+
+    target = x86_target(options.cpu)
+    say(f"scheduling {len(graph.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
+    lanes = 16 if "avx512f" in target.features else 8
+    funcs, records = schedule_tasks(graph, target.tvm_target(), "x86", options.scheduler, lanes, say)
+
+    with tempfile.TemporaryDirectory(prefix="tlmpack-build-") as tmp:
+        stage = Path(tmp) / "artifact"
+        (stage / "x86").mkdir(parents=True)
+        say("building x86 kernels with LLVM")
+        kernels_object = Path(tmp) / "kernels.o"
+        build_kernels(funcs, target, kernels_object)
+        plan = render_plan(graph, imported.inputs, imported.outputs, imported.source.name, __version__)
+        _link_model_library(stage, plan, kernels_object)
+        (stage / "weights.bin").write_bytes(graph.weights)
+        _add_runtime(stage)
+        by_task = {r.task: r for r in records}
+        manifest = {
+            "tlmpack_version": __version__,
+            "tvm_version": tvm.__version__,
+            "tlm": None,
+            "model": imported.source.to_json() | {"path": Path(imported.source.path).name},
+            "build_options": options.to_json(),
+            "inputs": [s.to_json() for s in imported.inputs],
+            "outputs": [s.to_json() for s in imported.outputs],
+            "targets": [target.to_json() | {"files": ["x86/model.so"]}],
+            "memory": graph.memory_json(),
+            "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
+            "subgraphs": [t.to_json() | {"schedules": [by_task[t.id].to_json()]} for t in graph.tasks],
+        }
+        write_manifest(stage, manifest)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_reproducible_tar(stage, out)
+    say(f"wrote {out} in {time.perf_counter() - started:.1f} s")
+    return manifest

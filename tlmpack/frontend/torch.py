@@ -1,0 +1,101 @@
+"""PyTorch frontend: a saved ExportedProgram (.pt2) or ``package.module:factory`` → torch.export → Relax."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from pathlib import Path
+
+from ..errors import ModelLoadError, UnsupportedOperatorError
+from ..specs import SourceInfo, TensorSpec
+from . import ImportedModel, file_sha256
+from .relax_io import output_specs
+
+
+def _export_from_factory(reference: str):
+    import torch
+
+    module_name, _, factory_name = reference.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+    except (ImportError, AttributeError) as e:
+        raise ModelLoadError(f"{reference}: cannot import the factory ({e})") from None
+    made = factory()
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise ModelLoadError(f"{reference}: the factory must return (nn.Module, example_inputs)")
+    module, example_inputs = made
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    module.eval()
+    try:
+        return torch.export.export(module, tuple(example_inputs))
+    except Exception as e:
+        raise ModelLoadError(f"{reference}: torch.export failed: {type(e).__name__}: {e}") from None
+
+
+def _program_sha256(ep) -> str:
+    """A content hash of the program: its graph and its constants (a .pt2 zip holds timestamps)."""
+    h = hashlib.sha256(str(ep.graph).encode())
+    for name, tensor in sorted(ep.state_dict.items()):
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _input_specs(ep) -> list[TensorSpec]:
+    from torch.export.graph_signature import InputKind
+
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    specs = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        value = placeholders[spec.arg.name].meta.get("val")
+        if value is None or not hasattr(value, "shape"):
+            raise ModelLoadError(f"input {spec.arg.name!r} is not a tensor; tlmpack takes tensor inputs only")
+        try:
+            shape = tuple(int(d) for d in value.shape)
+        except TypeError:
+            raise ModelLoadError(f"input {spec.arg.name!r} has a dynamic shape; export with static shapes") from None
+        specs.append(TensorSpec(spec.arg.name, str(value.dtype).removeprefix("torch."), shape))
+    return specs
+
+
+def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:
+    """Exports (or loads) the program and converts it with TVM's ExportedProgram frontend."""
+    import torch
+
+    if reference.endswith(".pt2"):
+        if not Path(reference).is_file():
+            raise ModelLoadError(f"{reference}: no such file")
+        try:
+            ep = torch.export.load(reference)
+        except Exception as e:
+            raise ModelLoadError(f"{reference}: not a torch.export program ({type(e).__name__}: {e})") from None
+        sha, name = file_sha256(reference), Path(reference).stem
+    else:
+        ep = _export_from_factory(reference)
+        sha, name = _program_sha256(ep), reference.rpartition(":")[2]
+    ep = ep.run_decompositions()
+    inputs = _input_specs(ep)
+    for spec in inputs:
+        if spec.name in input_shapes and tuple(input_shapes[spec.name]) != spec.shape:
+            raise ModelLoadError(
+                f"--input-shape {spec.name}: the exported program has static shape {spec.shape}; "
+                "re-export it with the shape you want"
+            )
+
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        mod = from_exported_program(ep, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+    except Exception as e:
+        message = str(e)
+        if "Unsupported function type" in message or "not supported" in message:
+            op = message.split("type")[-1].strip(" :'[]\n") if "type" in message else "?"
+            raise UnsupportedOperatorError(op, "torch graph", message.splitlines()[0]) from None
+        raise ModelLoadError(f"{reference}: TVM could not import the program: {type(e).__name__}: {e}") from None
+    user_outputs = [s.arg.name for s in ep.graph_signature.output_specs if hasattr(s.arg, "name")]
+    outputs = output_specs(mod, user_outputs or None)
+    source = SourceInfo(name=name, path=reference, sha256=sha, format="torch")
+    return ImportedModel(mod=mod, inputs=inputs, outputs=outputs, source=source)

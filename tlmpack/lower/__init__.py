@@ -1,0 +1,1 @@
+"""Lowering: TVM builds scheduled tasks into machine code for each target."""
