@@ -16,7 +16,9 @@
  * tasks runs on thread i % N, so with n <= N (the usual case: TVM asks for num_task = 0, meaning N)
  * every task has its own thread and parallel barriers work. Every worker acknowledges every launch,
  * even one that gives it no task, so no worker can lag a launch behind. Waiting (workers for work,
- * the caller for completion) spins for TLMRT_CPU_SPIN iterations before sleeping on a condvar.
+ * the caller for completion) spins for TLMRT_CPU_SPIN iterations (a pause each, a sched_yield every
+ * 32nd, so a preempted peer gets the core) before sleeping on a condvar. A pool with more threads
+ * than online cores does not spin at all.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -33,7 +35,7 @@
 #include "tlmrt_internal.h"
 
 #ifndef TLMRT_CPU_SPIN
-#define TLMRT_CPU_SPIN 20000
+#define TLMRT_CPU_SPIN 4096
 #endif
 #define TLMRT_CPU_MAX_THREADS 1024
 
@@ -44,6 +46,15 @@
 #else
 #define cpu_relax() ((void)0)
 #endif
+
+/* One iteration of a spin-wait. */
+static inline void spin_pause(int i) {
+  if ((i & 31) == 31) {
+    sched_yield();
+  } else {
+    cpu_relax();
+  }
+}
 
 typedef struct tlmrt_cpu_pool tlmrt_cpu_pool;
 
@@ -56,11 +67,13 @@ typedef struct {
 typedef struct {
   _Atomic int count;
   _Atomic uint32_t generation;
+  int spin;  /* the pool's spin count */
 } cpu_barrier;
 
 struct tlmrt_cpu_pool {
   int num_threads;  /* N, the caller included */
   int num_started;  /* workers actually running */
+  int spin;         /* spin iterations before sleeping: TLMRT_CPU_SPIN, or 0 when oversubscribed */
   cpu_worker* workers;
 
   /* The current launch; written by the caller before it bumps `generation`. */
@@ -106,10 +119,10 @@ static void worker_wait_done(tlmrt_cpu_pool* pool) {
 }
 
 static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
-  for (int i = 0; i < TLMRT_CPU_SPIN; ++i) {
+  for (int i = 0; i < pool->spin; ++i) {
     uint32_t g = atomic_load_explicit(&pool->generation, memory_order_acquire);
     if (g != seen) return g;
-    cpu_relax();
+    spin_pause(i);
   }
   pthread_mutex_lock(&pool->mu);
   atomic_fetch_add(&pool->sleepers, 1);
@@ -147,9 +160,9 @@ static void pool_publish(tlmrt_cpu_pool* pool, int always_broadcast) {
 }
 
 static void pool_wait_workers(tlmrt_cpu_pool* pool) {
-  for (int i = 0; i < TLMRT_CPU_SPIN; ++i) {
+  for (int i = 0; i < pool->spin; ++i) {
     if (atomic_load_explicit(&pool->remaining, memory_order_acquire) == 0) return;
-    cpu_relax();
+    spin_pause(i);
   }
   pthread_mutex_lock(&pool->mu);
   atomic_store(&pool->caller_sleeping, 1);
@@ -195,9 +208,10 @@ static int cpu_parallel_barrier(int task_id, tlmrt_parallel_env* penv) {
     atomic_fetch_add(&b->generation, 1u);
     return 0;
   }
-  for (unsigned spins = 0; atomic_load(&b->generation) == gen; ++spins) {
-    if (spins < TLMRT_CPU_SPIN) {
-      cpu_relax();
+  /* Tasks wait for each other only briefly here; past the spin count, yield the core each time. */
+  for (int i = 0; atomic_load(&b->generation) == gen; i += i < b->spin) {
+    if (i < b->spin) {
+      spin_pause(i);
     } else {
       sched_yield();
     }
@@ -240,12 +254,15 @@ static void pool_destroy(tlmrt_cpu_pool* pool) {
   free(pool);
 }
 
-static tlmrt_status pool_create(int num_threads, tlmrt_cpu_pool** out, char* err, size_t err_cap) {
+static tlmrt_status pool_create(int num_threads, int spin, tlmrt_cpu_pool** out, char* err,
+                                size_t err_cap) {
   *out = NULL;
   tlmrt_cpu_pool* pool = (tlmrt_cpu_pool*)aligned_alloc(64, sizeof(tlmrt_cpu_pool));
   if (pool == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   memset(pool, 0, sizeof(*pool));
   pool->num_threads = num_threads;
+  pool->spin = spin;
+  pool->barrier.spin = spin;
   atomic_init(&pool->generation, 0u);
   atomic_init(&pool->remaining, 0);
   atomic_init(&pool->failed, 0);
@@ -291,29 +308,33 @@ static tlmrt_status pool_create(int num_threads, tlmrt_cpu_pool** out, char* err
   return TLMRT_OK;
 }
 
+/* Two models of one artifact share one dlopen'ed library, so its hook variables may already be
+ * filled, and kernels of the first model may be reading them: write only a slot that differs, and
+ * let only one thread at a time look. This lock is the runtime's one process-wide object. */
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Stores fn into the model library's function-pointer variable `name`, if the library has one. */
 static void fill_hook(void* dl_handle, const char* name, const void* fn_ptr, size_t fn_size) {
+  pthread_mutex_lock(&hook_lock);
   dlerror();
   void* slot = dlsym(dl_handle, name);
-  if (slot == NULL) return;  /* no kernel uses this hook */
-  memcpy(slot, fn_ptr, fn_size);
+  if (slot != NULL && memcmp(slot, fn_ptr, fn_size) != 0) memcpy(slot, fn_ptr, fn_size);
+  pthread_mutex_unlock(&hook_lock);  /* slot == NULL: no kernel uses this hook */
 }
 
 static tlmrt_status cpu_create(const tlmrt_options* opts, void* dl_handle, void** out_state, char* err,
                                size_t err_cap) {
   *out_state = NULL;
-  long n = opts->num_threads;
-  if (n == 0) {
-    n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) n = 1;
-  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1) cores = 1;
+  long n = opts->num_threads == 0 ? cores : opts->num_threads;
   if (n < 1 || n > TLMRT_CPU_MAX_THREADS) {
     return tlmrt_errorf(err, err_cap, TLMRT_ERR_INVALID_ARGUMENT,
                         "num_threads: expected 0 (all cores) or 1..%d, found %ld",
                         TLMRT_CPU_MAX_THREADS, n);
   }
   tlmrt_cpu_pool* pool = NULL;
-  tlmrt_status status = pool_create((int)n, &pool, err, err_cap);
+  tlmrt_status status = pool_create((int)n, n <= cores ? TLMRT_CPU_SPIN : 0, &pool, err, err_cap);
   if (status != TLMRT_OK) return status;
 
   tlmrt_parallel_launch_fn launch = cpu_parallel_launch;
