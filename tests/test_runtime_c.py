@@ -305,3 +305,55 @@ def test_no_memory_errors_under_valgrind(test_bin, artifact):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _fill_pattern(i: int, n: int) -> list[float]:
+    """examples/run_model.c's fill pattern for a float32 input (see examples/README.md)."""
+    s = (0x12345678 + i * 0x9E3779B9) & 0xFFFFFFFF
+    out = []
+    for _ in range(n):
+        s = (s * 1664525 + 1013904223) & 0xFFFFFFFF
+        out.append((s >> 8) / 2**23 - 1.0)
+    return out
+
+
+def test_run_model_example_prints_and_writes_outputs(lib_dir, artifact, tmp_path):
+    exe = lib_dir / "run_model"
+    _cc(
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{RUNTIME_C}",
+        ROOT / "examples" / "run_model.c",
+        "-o",
+        exe,
+        f"-L{lib_dir}",
+        "-ltlmrt",
+        f"-Wl,-rpath,{lib_dir}",
+    )
+    art = artifact()
+    out_dir = tmp_path / "outs"
+    out_dir.mkdir()
+    proc = subprocess.run(
+        [str(exe), "-o", str(out_dir), "-t", "2", "-n", "3", str(art)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "input 0: x float32 [1000] 4000 bytes" in proc.stdout
+    assert "output 1 hits int32 [64] first: 1 1 0 0 0 0 0 0 sum 4 mean 0.0625" in proc.stdout
+
+    x = struct.unpack(f"<{N}f", struct.pack(f"<{N}f", *_fill_pattern(0, N)))
+    w = struct.unpack(f"<{N}f", _weights()[: 4 * N])
+    y = struct.unpack(f"<{N}f", (out_dir / "out_0.bin").read_bytes())
+    want = struct.unpack(f"<{N}f", struct.pack(f"<{N}f", *((x[j] + w[j]) for j in reversed(range(N)))))
+    assert y == tuple(v * 2 for v in want)
+    assert f"first: {y[0]:.6g} {y[1]:.6g}" in line(proc.stdout, "output 0 y")
+
+    short = tmp_path / "short.bin"
+    short.write_bytes(bytes(12))
+    proc = subprocess.run([str(exe), str(art), str(short)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "input x expects 4000 bytes, the file has 12" in proc.stderr
