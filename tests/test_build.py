@@ -1,0 +1,207 @@
+"""The x86 spine end to end: ONNX / torch.export → artifact → tlmpack.runtime, checked against references."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tlmpack.verify import check_live, onnxruntime_outputs, random_feed, rel_err
+
+TOLERANCE = 1e-4
+CLI = [sys.executable, "-m", "tlmpack.cli"]
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet-tiny", "bert-tiny", "gpt2-tiny"])
+def test_artifact_matches_onnxruntime_on_fresh_inputs(build_zoo_model, name):
+    import tlmpack.runtime as rt
+
+    onnx_path, tar = build_zoo_model(name)
+    model = rt.load(tar)
+    for seed in (11, 12):
+        feed = random_feed(model.inputs, seed)
+        if name in ("bert-tiny", "gpt2-tiny"):  # token ids must stay inside the tiny vocabulary
+            from tlmpack import zoo
+
+            feed = zoo.random_inputs(name, seed)
+        refs = onnxruntime_outputs(onnx_path, feed)
+        for spec, out, ref in zip(model.outputs, model.run(None, feed), refs):
+            check_live(spec.name, ref)
+            assert out.shape == ref.shape
+            assert rel_err(out, ref) < TOLERANCE, spec.name
+
+
+def test_torch_export_factory_matches_torch(tmp_path):
+    import torch
+
+    import tlmpack.runtime as rt
+    from tlmpack import zoo
+    from tlmpack.emit.package import BuildOptions, build
+
+    tar = tmp_path / "mlp_torch.tar"
+    manifest = build("tlmpack.zoo:mlp_factory", tar, BuildOptions())
+    assert manifest["model"]["format"] == "torch"
+    module, _example, _, _ = zoo.get_model("mlp")
+    model = rt.load(tar)
+    feed = random_feed(model.inputs, 5)
+    with torch.no_grad():
+        ref = module(*(torch.from_numpy(feed[s.name]) for s in model.inputs)).numpy()
+    check_live("out", ref)
+    (out,) = model.run(None, feed)
+    assert rel_err(out, ref) < TOLERANCE
+
+
+def test_two_builds_are_byte_identical(build_zoo_model, tmp_path):
+    from tlmpack.emit.package import BuildOptions, build
+
+    onnx_path, first = build_zoo_model("bert-tiny")
+    second = tmp_path / "again.tar"
+    build(str(onnx_path), second, BuildOptions())
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
+    _, tar = build_zoo_model("resnet-tiny")
+    with tarfile.open(tar) as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+        names = t.getnames()
+        files = {m.name for m in t.getmembers() if m.isfile()}
+    assert manifest["format_version"] == 1
+    assert {"weights.bin", "x86/model.so", "runtime_c/libtlmrt.so", "include/tlmrt.h", "SHA256SUMS"} <= set(names)
+    assert set(manifest["files"]) == files - {"manifest.json", "SHA256SUMS"}
+    for subgraph in manifest["subgraphs"]:
+        (schedule,) = subgraph["schedules"]
+        assert schedule["target"] == "x86"
+        assert schedule["chosen_by"] in ("default", "sampled")
+        assert schedule["sketch"] >= 0 and schedule["decisions"]
+    assert manifest["memory"]["arena_bytes"] <= manifest["memory"]["unplanned_bytes"]
+
+
+def test_identical_subgraphs_share_one_kernel(build_zoo_model):
+    _, tar = build_zoo_model("bert-tiny")
+    with tarfile.open(tar) as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+    calls = sum(s["calls"] for s in manifest["subgraphs"])
+    assert calls == manifest["plan"]["kernel_calls"]
+    assert len(manifest["subgraphs"]) < calls  # two identical layers reuse their kernels
+
+
+def test_flipped_weight_byte_is_refused_before_any_kernel_runs(build_zoo_model, tmp_path):
+    import tlmpack.runtime as rt
+    from tlmpack.runtime.errors import ArtifactError
+
+    _, tar = build_zoo_model("mlp")
+    folder = tmp_path / "art"
+    with tarfile.open(tar) as t:
+        t.extractall(folder, filter="data")
+    weights = folder / "weights.bin"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="weights.bin"):
+        rt.load(folder)
+
+
+def test_c_example_prints_the_same_outputs_as_python(build_zoo_model, tmp_path):
+    import tlmpack.runtime as rt
+
+    _, tar = build_zoo_model("resnet-tiny")
+    folder = tmp_path / "art"
+    with tarfile.open(tar) as t:
+        t.extractall(folder, filter="data")
+    root = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "run_model"
+    subprocess.run(["cc", "-std=c11", "-O2", f"-I{root / 'runtime_c'}", str(root / "examples" / "run_model.c"),
+                    *map(str, sorted((root / "runtime_c").glob("*.c"))), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
+                   check=True)
+    model = rt.load(folder)
+    feed = random_feed(model.inputs, 3)
+    inputs = []
+    for i, spec in enumerate(model.inputs):
+        path = tmp_path / f"input{i}.bin"
+        feed[spec.name].tofile(path)
+        inputs.append(str(path))
+    out_dir = tmp_path / "outs"
+    out_dir.mkdir()
+    result = subprocess.run([str(exe), "-o", str(out_dir), str(folder), *inputs], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    for i, (spec, expected) in enumerate(zip(model.outputs, model.run(None, feed))):
+        got = np.fromfile(out_dir / f"out_{i}.bin", dtype=spec.dtype).reshape(spec.shape)
+        np.testing.assert_array_equal(got, expected)
+        assert spec.name in result.stdout
+
+
+def _onnx_with_op(path: Path, op_type: str) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op_type, ["x"], ["y"], name="the_node")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_unsupported_onnx_op_names_op_and_node_and_exits_2(tmp_path):
+    model = tmp_path / "bad.onnx"
+    _onnx_with_op(model, "Det")
+    result = subprocess.run([*CLI, "build", str(model), "-t", "x86", "-o", str(tmp_path / "bad.tar")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "'Det'" in result.stderr and "'the_node'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "bad.tar").exists()
+
+
+def test_malformed_onnx_file_is_a_clear_error(tmp_path):
+    model = tmp_path / "junk.onnx"
+    model.write_bytes(b"\x08\x07not a protobuf at all")
+    result = subprocess.run([*CLI, "build", str(model), "-o", str(tmp_path / "x.tar")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "junk.onnx" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_dynamic_input_needs_input_shape_and_says_how(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.errors import InputShapeError
+
+    with pytest.raises(InputShapeError, match="--input-shape x:"):
+        build(str(model), tmp_path / "dyn.tar", BuildOptions())
+    build(str(model), tmp_path / "dyn.tar", BuildOptions(input_shapes={"x": (3, 4)}))
+    import tlmpack.runtime as rt
+
+    m = rt.load(tmp_path / "dyn.tar")
+    assert m.inputs[0].shape == (3, 4)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(m.run(None, {"x": x})[0], np.maximum(x, 0))
+
+
+def test_cli_inspect_lists_io_targets_and_schedules(build_zoo_model):
+    _, tar = build_zoo_model("mlp")
+    result = subprocess.run([*CLI, "inspect", str(tar)], capture_output=True, text=True, check=True)
+    assert "input" in result.stdout and "target x86" in result.stdout and "default" in result.stdout
+
+
+def test_cli_run_reads_npy_inputs(build_zoo_model, tmp_path):
+    import tlmpack.runtime as rt
+
+    _, tar = build_zoo_model("mlp")
+    spec = rt.load(tar).inputs[0]
+    np.save(tmp_path / "x.npy", np.ones(spec.shape, dtype=spec.dtype))
+    result = subprocess.run([*CLI, "run", str(tar), "--input", f"{spec.name}=@{tmp_path / 'x.npy'}"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    bad = subprocess.run([*CLI, "run", str(tar), "--input", f"nope=@{tmp_path / 'x.npy'}"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
