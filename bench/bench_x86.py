@@ -1,0 +1,326 @@
+#!/usr/bin/env python
+"""tlmpack vs onnxruntime on x86 CPU, side by side.
+
+    python bench/bench_x86.py [models...] [--dir DIR] [--threads T] [--runs N] [--warmup W]
+
+For each model (default: resnet50 mobilenetv2 bert-base gpt2):
+
+1. ``DIR/<name>.onnx`` and ``DIR/<name>.inputs.npz`` are made with ``tlmpack.zoo`` if missing;
+2. ``tlmpack build DIR/<name>.onnx -t x86 -o DIR/<name>.tar`` (subprocess; timed; reused when the
+   tar is newer than the .onnx unless ``--rebuild``);
+3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
+   onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
+4. both run the same input; rel err = max|tlmpack - ORT| / max|ORT|;
+5. ``--warmup`` runs each, then ``--runs`` timed runs alternating which engine goes first, so
+   drift (thermal, other load) hits both equally; the table shows medians.
+
+The table is printed and appended to BENCHMARKS.md (``--no-append`` to skip) with the date, CPU
+model, core count, thread count and the exact command. ``--ort-only`` times onnxruntime alone
+(e.g. before the compiler builds a model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tlmpack import zoo  # noqa: E402
+
+DEFAULT_MODELS = zoo.BENCH_DEFAULT
+
+
+# ---------------------------------------------------------------------------------------------
+# machine description
+# ---------------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def core_counts() -> tuple[int, int]:
+    """(physical cores, logical CPUs) usable by this process."""
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    physical = set()
+    try:
+        phys_id = core_id = None
+        for line in Path("/proc/cpuinfo").read_text().splitlines() + [""]:
+            if line.startswith("physical id"):
+                phys_id = line.split(":")[1].strip()
+            elif line.startswith("core id"):
+                core_id = line.split(":")[1].strip()
+            elif not line.strip():
+                if core_id is not None:
+                    physical.add((phys_id, core_id))
+                phys_id = core_id = None
+    except OSError:
+        pass
+    return (min(len(physical), logical) if physical else logical), logical
+
+
+def cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                keep = ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile"]
+                return " ".join(f for f in keep if f in flags)
+    except OSError:
+        pass
+    return ""
+
+
+def git_rev() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+        )
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except OSError:
+        return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# engines
+# ---------------------------------------------------------------------------------------------
+
+
+def tlmpack_cmd() -> list[str]:
+    """The ``tlmpack`` console script next to this interpreter, on PATH, or the CLI via -c."""
+    here = Path(sys.executable).with_name("tlmpack")
+    if here.exists():
+        return [str(here)]
+    found = shutil.which("tlmpack")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from tlmpack.cli import main; sys.exit(main())"]
+
+
+def ensure_model(name: str, d: Path, seed: int) -> tuple[Path, dict]:
+    import numpy as np
+
+    onnx_path = d / f"{name}.onnx"
+    inputs_path = d / f"{name}.inputs.npz"
+    if not onnx_path.exists():
+        print(f"[{name}] exporting ONNX -> {onnx_path}", flush=True)
+        r = zoo.export_onnx(name, onnx_path, seed=seed)
+        print(f"[{name}] exported in {r['time_s']:.1f}s", flush=True)
+    if not inputs_path.exists():
+        np.savez(inputs_path, **zoo.random_inputs(name, seed))
+    with np.load(inputs_path) as z:
+        feed = {k: z[k] for k in z.files}
+    return onnx_path, feed
+
+
+def build_tlmpack(
+    name: str, onnx_path: Path, tar: Path, rebuild: bool, log_dir: Path
+) -> tuple[float | None, str]:
+    """Returns (build seconds or None if reused, error message or "")."""
+    if tar.exists() and not rebuild and tar.stat().st_mtime >= onnx_path.stat().st_mtime:
+        return None, ""
+    cmd = tlmpack_cmd() + ["build", str(onnx_path), "-t", "x86", "-o", str(tar)]
+    print(f"[{name}] {shlex.join(cmd)}", flush=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    log = log_dir / f"{name}.build.log"
+    log.write_text(
+        f"$ {shlex.join(cmd)}\n# exit {proc.returncode} after {dt:.1f}s\n{proc.stdout}\n{proc.stderr}"
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
+        return dt, f"build failed (exit {proc.returncode}): {tail[0][:200]} (log: {log})"
+    print(f"[{name}] built in {dt:.1f}s", flush=True)
+    return dt, ""
+
+
+def ort_session(onnx_path: Path, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+
+
+def time_alternating(fns: dict[str, callable], runs: int, warmup: int) -> dict[str, list[float]]:
+    """Warm each up, then ``runs`` rounds; round i runs the engines in rotated order."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(runs):
+        order = names[i % len(names) :] + names[: i % len(names)]
+        for n in order:
+            t0 = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t0)
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------
+
+
+def fmt_ms(ts: list[float] | None) -> str:
+    return f"{statistics.median(ts) * 1e3:.2f}" if ts else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", default=DEFAULT_MODELS, help=f"default: {' '.join(DEFAULT_MODELS)}")
+    ap.add_argument(
+        "--dir", type=Path, default=REPO / "out" / "bench", help="models and artifacts (default: out/bench)"
+    )
+    ap.add_argument(
+        "--threads", type=int, default=None, help="threads for both engines (default: physical cores)"
+    )
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up runs per engine (default 3)")
+    ap.add_argument("--seed", type=int, default=zoo.DEFAULT_SEED)
+    ap.add_argument("--rebuild", action="store_true", help="rebuild artifacts even when up to date")
+    ap.add_argument("--ort-only", action="store_true", help="time onnxruntime only (no tlmpack build)")
+    ap.add_argument("--tol", type=float, default=1e-4, help="rel err above which a row is flagged")
+    ap.add_argument("--benchmarks-md", type=Path, default=REPO / "BENCHMARKS.md")
+    ap.add_argument("--no-append", action="store_true", help="do not append to BENCHMARKS.md")
+    ap.add_argument("--note", default="", help="free text added under the table")
+    args = ap.parse_args(argv)
+    command = "python " + shlex.join(
+        [os.path.relpath(__file__, Path.cwd())] + (sys.argv[1:] if argv is None else argv)
+    )
+
+    physical, logical = core_counts()
+    threads = args.threads or physical
+    args.dir.mkdir(parents=True, exist_ok=True)
+    for m in args.models:
+        zoo.spec(m)
+
+    import numpy as np
+    import onnxruntime as ort
+
+    tlm_load = None
+    tlm_note = ""
+    if not args.ort_only:
+        try:
+            from tlmpack.runtime import load as tlm_load
+        except Exception as e:  # the runtime may not exist yet
+            tlm_note = f"tlmpack.runtime unavailable ({type(e).__name__}: {e}); ORT only"
+            print(tlm_note, flush=True)
+
+    rows = []
+    for name in args.models:
+        row = dict(model=name, tlm=None, ort=None, err=None, build=None, status="")
+        onnx_path, feed = ensure_model(name, args.dir, args.seed)
+        sess = ort_session(onnx_path, threads)
+        ort_out = sess.run(None, feed)[0]
+        fns = {"ort": lambda s=sess, f=feed: s.run(None, f)}
+        model = None
+        if tlm_load is not None:
+            tar = args.dir / f"{name}.tar"
+            build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir)
+            row["build"] = build_s
+            if err:
+                row["status"] = err
+                print(f"[{name}] {err}", flush=True)
+            else:
+                try:
+                    model = tlm_load(tar, device="cpu", num_threads=threads)
+                    tlm_out = model.run(None, feed)[0]
+                    row["err"] = zoo.rel_err(tlm_out, ort_out)
+                    if not np.all(np.isfinite(tlm_out)):
+                        row["status"] = "non-finite output"
+                    elif row["err"] > args.tol:
+                        row["status"] = f"rel err > {args.tol:g}"
+                    fns = {"tlmpack": lambda m=model, f=feed: m.run(None, f), **fns}
+                except Exception as e:
+                    row["status"] = f"load/run failed: {type(e).__name__}: {str(e)[:200]}"
+                    print(f"[{name}] {row['status']}", flush=True)
+        times = time_alternating(fns, args.runs, args.warmup)
+        row["tlm"] = times.get("tlmpack")
+        row["ort"] = times["ort"]
+        rows.append(row)
+        ratio = f"{statistics.median(row['tlm']) / statistics.median(row['ort']):.2f}x" if row["tlm"] else "-"
+        print(
+            f"[{name}] tlmpack {fmt_ms(row['tlm'])} ms  ORT {fmt_ms(row['ort'])} ms  ratio {ratio}"
+            + (f"  rel err {row['err']:.1e}" if row["err"] is not None else "")
+            + (f"  {row['status']}" if row["status"] else ""),
+            flush=True,
+        )
+        if model is not None and hasattr(model, "close"):
+            model.close()
+        del sess
+
+    table = [
+        "| model | tlmpack ms | ORT ms | tlmpack/ORT | rel err | build s | notes |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        ratio = f"{statistics.median(r['tlm']) / statistics.median(r['ort']):.2f}" if r["tlm"] else "-"
+        err = f"{r['err']:.1e}" if r["err"] is not None else "-"
+        build = "cached" if r["build"] is None and r["tlm"] else (f"{r['build']:.1f}" if r["build"] else "-")
+        table.append(
+            f"| {r['model']} | {fmt_ms(r['tlm'])} | {fmt_ms(r['ort'])} | {ratio} | {err} | {build} | "
+            f"{r['status']} |"
+        )
+    try:
+        import tvm
+
+        tvm_v = tvm.__version__
+    except Exception:
+        tvm_v = "n/a"
+    header = [
+        f"## {time.strftime('%Y-%m-%d %H:%M %Z')} — x86 CPU{' (onnxruntime only)' if len(rows) and not any(r['tlm'] for r in rows) else ''}",
+        "",
+        f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
+        + (f" ({cpu_flags()})" if cpu_flags() else ""),
+        f"- threads: {threads} (tlmpack num_threads, ORT intra_op_num_threads; ORT inter_op 1)",
+        f"- timing: {args.warmup} warm-up runs each, then median of {args.runs} runs, engines alternating",
+        f"- versions: tlmpack {git_rev()}, onnxruntime {ort.__version__}, tvm {tvm_v}, python {platform.python_version()}",
+        f"- command: `{command}`",
+    ]
+    if tlm_note:
+        header.append(f"- note: {tlm_note}")
+    if args.note:
+        header.append(f"- note: {args.note}")
+    block = "\n".join(header + [""] + table + [""])
+    print()
+    print(block)
+    if not args.no_append:
+        md = args.benchmarks_md
+        if not md.exists():
+            md.write_text("# Benchmarks\n\nAppended by `bench/bench_x86.py`; newest last.\n\n")
+        with md.open("a") as f:
+            f.write("\n" + block)
+        print(f"appended to {md}")
+    return 1 if any(r["status"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
