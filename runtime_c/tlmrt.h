@@ -37,8 +37,10 @@ typedef struct tlmrt_model tlmrt_model;
 
 typedef struct {
   uint32_t struct_size;  /* sizeof(tlmrt_options); set by tlmrt_options_init */
-  int32_t num_threads;   /* worker threads for parallel kernels; 0 = number of online cores */
-  int32_t verify_files;  /* 1 (default): check SHA256SUMS of the artifact before loading code */
+  int32_t num_threads;   /* threads for parallel kernels, the caller of run included; 0 = number of
+                            online cores; 1 = no worker threads */
+  int32_t verify_files;  /* 1 (default): check SHA256SUMS of the artifact before loading code. With
+                            0 or 1, weights.bin is always checked against the plan's size and sha256 */
 } tlmrt_options;
 
 typedef struct {
@@ -66,7 +68,9 @@ tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index, tlmrt_tensor
 
 /* Runs the model once. inputs[i] points to input i's bytes (C order, exactly
  * input_info(i).nbytes of them, given in input_nbytes[i]); outputs[i] receives output i.
- * Allocates nothing: copies inputs into the arena, calls the kernels, copies outputs out.
+ * Allocates nothing itself (kernels may take workspace through the runtime's hook): copies inputs
+ * into the arena, calls the kernels, copies outputs out. Parallel kernels use the model's thread
+ * pool, the calling thread being one of its threads.
  * Not thread-safe on one model; open one model per thread. */
 tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inputs, const uint64_t* input_nbytes,
                              void* const* outputs, const uint64_t* output_nbytes);

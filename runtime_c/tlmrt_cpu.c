@@ -333,6 +333,20 @@ static tlmrt_status cpu_create(const tlmrt_options* opts, void* dl_handle, void*
                         "num_threads: expected 0 (all cores) or 1..%d, found %ld",
                         TLMRT_CPU_MAX_THREADS, n);
   }
+  /* Context hooks of TVM's loader that this runtime does not provide: a kernel would call through
+   * a NULL pointer. The LLVM codegen emits such a variable only when generated code uses it. */
+  static const char* const kUnsupported[] = {"__TVMFFIFunctionCall", "__TVMFFIEnvModLookupFromImports",
+                                             "__TVMFFIHandleInitOnce", "__TVMFFIErrorSetRaisedFromCStr"};
+  for (size_t i = 0; i < sizeof(kUnsupported) / sizeof(kUnsupported[0]); ++i) {
+    dlerror();
+    if (dlsym(dl_handle, kUnsupported[i]) != NULL) {
+      return tlmrt_errorf(err, err_cap, TLMRT_ERR_INCOMPATIBLE,
+                          "x86/model.so uses the TVM context hook %s, which this runtime does not "
+                          "provide; expected kernels that need only __TVMBackendParallelLaunch, "
+                          "__TVMBackendParallelBarrier and the workspace hooks",
+                          kUnsupported[i]);
+    }
+  }
   tlmrt_cpu_pool* pool = NULL;
   tlmrt_status status = pool_create((int)n, n <= cores ? TLMRT_CPU_SPIN : 0, &pool, err, err_cap);
   if (status != TLMRT_OK) return status;

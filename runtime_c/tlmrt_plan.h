@@ -28,7 +28,7 @@ typedef struct {
   int32_t storage;       /* TLMRT_STORAGE_* */
   uint8_t dtype_code;    /* DLPack: 0 int, 1 uint, 2 float, 6 bool */
   uint8_t dtype_bits;
-  uint16_t dtype_lanes;  /* always 1 */
+  uint16_t dtype_lanes;  /* always 1 (the runtime refuses anything else) */
   uint64_t offset;       /* byte offset in its storage, 64-byte aligned */
   uint64_t nbytes;       /* product(shape) * bits / 8 */
   int32_t ndim;          /* 0..TLMRT_PLAN_MAX_NDIM */
@@ -82,6 +82,15 @@ typedef int (*tlmrt_free_workspace_fn)(int device_type, int device_id, void* ptr
 #define TLMRT_HOOK_PARALLEL_LAUNCH "__TVMBackendParallelLaunch"
 #define TLMRT_HOOK_ALLOC_WORKSPACE "__TVMBackendAllocWorkspace"
 #define TLMRT_HOOK_FREE_WORKSPACE "__TVMBackendFreeWorkspace"
+
+/* The runtime stores its functions into these variables after dlopen (RTLD_NOW | RTLD_LOCAL), so
+ * they must stay exported from model.so; a variable that is absent is skipped. Link model.so with
+ * -Wl,-Bsymbolic: then the kernels' references to these variables and to
+ * TVMFFIErrorSetRaisedFromCStrParts bind inside model.so even when the process has loaded
+ * libtvm_ffi.so with RTLD_GLOBAL (importing tvm_ffi in Python does), which otherwise takes the
+ * kernels' error messages away from tlmrt_plan_kernel_error. A model.so that has any other TVM
+ * context variable (__TVMFFIFunctionCall, __TVMFFIEnvModLookupFromImports, __TVMFFIHandleInitOnce,
+ * __TVMFFIErrorSetRaisedFromCStr) is refused with TLMRT_ERR_INCOMPATIBLE: nothing fills them. */
 
 /* The generated plan.c also defines
  *   void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n);

@@ -253,6 +253,7 @@ def test_missing_model_library_is_an_io_error_without_verification(test_bin, art
         ("-DFAKE_MISALIGNED", 3, ["plan tensor 2", "multiple of 64, found 4000"]),
         ("-DFAKE_BAD_ARG", 3, ["plan step 1 (fake_scale) argument 3", "expected 0..5, found 99"]),
         ("-DFAKE_ABI_VERSION=2", 4, ["plan ABI version 2", "reads version 1"]),
+        ("-DFAKE_UNSUPPORTED_HOOK", 4, ["uses the TVM context hook __TVMFFIFunctionCall"]),
     ],
 )
 def test_inconsistent_plan_is_refused_with_a_sentence(test_bin, artifact, define, status, words):

@@ -14,7 +14,8 @@
  * Weights (weights.bin): w[i] = i * 0.25 for i < FAKE_N, then at offset FAKE_SCALE_OFFSET the float 2.
  *
  * Variants for the negative tests: -DFAKE_ABI_VERSION=2, -DFAKE_BAD_OFFSET (y beyond the arena),
- * -DFAKE_MISALIGNED (tmp at a non-multiple of 64), -DFAKE_BAD_ARG (a step argument out of range).
+ * -DFAKE_MISALIGNED (tmp at a non-multiple of 64), -DFAKE_BAD_ARG (a step argument out of range),
+ * -DFAKE_UNSUPPORTED_HOOK (a TVM context hook the runtime does not provide).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -77,6 +78,9 @@ int (*__TVMBackendParallelLaunch)(int (*)(int, FakeParallelEnv*, void*), void*, 
 int (*__TVMBackendParallelBarrier)(int, FakeParallelEnv*) = NULL;
 void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = NULL;
 int (*__TVMBackendFreeWorkspace)(int, int, void*) = NULL;
+#ifdef FAKE_UNSUPPORTED_HOOK
+void* __TVMFFIFunctionCall = NULL;
+#endif
 
 void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n);
 
