@@ -3,7 +3,7 @@
  *
  * TVM's LLVM kernels call the runtime through global function-pointer variables in the model
  * library (__TVMBackendParallelLaunch, __TVMBackendAllocWorkspace, __TVMBackendFreeWorkspace and,
- * for kernels with barriers, __TVMBackendParallelBarrier). tlmrt_cpu_create stores the functions
+ * for kernels with barriers, __TVMBackendParallelBarrier). cpu_create (at open) stores the functions
  * below into those variables, as TVM's own loader does.
  *
  * The launch hook has no context parameter, so the pool it uses is found through a thread-local
@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,16 +294,23 @@ static tlmrt_status pool_create(int num_threads, int spin, tlmrt_cpu_pool** out,
       return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
     }
   }
-  for (int i = 0; i < num_workers; ++i) {
+  /* Workers block every signal (they inherit the mask), so signals go to the application's threads. */
+  sigset_t all, saved;
+  sigfillset(&all);
+  int mask_rc = pthread_sigmask(SIG_SETMASK, &all, &saved);
+  rc = 0;
+  for (int i = 0; i < num_workers && rc == 0; ++i) {
     pool->workers[i].pool = pool;
     pool->workers[i].index = i + 1;
     rc = pthread_create(&pool->workers[i].thread, NULL, worker_main, &pool->workers[i]);
-    if (rc != 0) {
-      pool_destroy(pool);
-      return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
-                          "cannot start worker thread %d of %d: %s", i + 1, num_workers, strerror(rc));
-    }
-    pool->num_started = i + 1;
+    if (rc == 0) pool->num_started = i + 1;
+  }
+  if (mask_rc == 0) pthread_sigmask(SIG_SETMASK, &saved, NULL);
+  if (rc != 0) {
+    int started = pool->num_started;
+    pool_destroy(pool);
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot start worker thread %d of %d: %s",
+                        started + 1, num_workers, strerror(rc));
   }
   *out = pool;
   return TLMRT_OK;
