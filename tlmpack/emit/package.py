@@ -48,7 +48,7 @@ def _link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
     (build / "plan.c").write_text(plan_c)
     shutil.copy(RUNTIME_C_DIR / "tlmrt_plan.h", build / "tlmrt_plan.h")
     shutil.copy(kernels_object, build / "kernels.o")
-    cmd = ["cc", "-std=c11", "-O2", "-fPIC", "-shared", "-I.", "-ffile-prefix-map=.=.", "-Wl,--build-id=none",
+    cmd = ["cc", "-std=c11", "-O2", "-fPIC", "-shared", "-I.", "-ffile-prefix-map=.=.", "-Wl,--build-id=none", "-Wl,-Bsymbolic",
            "-Wl,-soname,model.so", "-o", str(x86 / "model.so"), "plan.c", "kernels.o", "-lm"]
     _run(cmd, build, "linking x86/model.so")
 
