@@ -99,4 +99,66 @@ typedef int (*tlmrt_free_workspace_fn)(int device_type, int device_id, void* ptr
 typedef const char* (*tlmrt_plan_kernel_error_fn)(void);
 #define TLMRT_PLAN_KERNEL_ERROR_SYMBOL "tlmrt_plan_kernel_error"
 
+
+/* ---------------------------------------------------------------------------------------------
+ * CUDA plan: C data in cuda/plan.so (a host library holding no code but this table), beside
+ * cuda/<arch>.cubin files and one cuda/kernels.ptx. It shares tlmrt_plan_tensor and
+ * tlmrt_plan_io with the x86 plan; tensors index a device arena and the device copy of
+ * weights.bin. A step is one kernel launch (a TVM task may become several launches; its global
+ * intermediates are arena tensors like any other).
+ * ------------------------------------------------------------------------------------------- */
+
+enum {
+  TLMRT_CUDA_ARG_TENSOR = 0,  /* pass the device pointer of tensors[tensor] */
+  TLMRT_CUDA_ARG_INT32 = 1,   /* pass (int32_t)value */
+  TLMRT_CUDA_ARG_INT64 = 2    /* pass (int64_t)value */
+};
+
+typedef struct {
+  int32_t kind;    /* TLMRT_CUDA_ARG_* */
+  int32_t tensor;  /* index into tensors[] when kind == TENSOR */
+  int64_t value;   /* the immediate otherwise */
+} tlmrt_cuda_arg;
+
+typedef struct {
+  const char* kernel;      /* the extern "C" __global__ function's name in the module */
+  const char* task;        /* the task it belongs to, for error messages */
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t dynamic_smem_bytes;
+  int32_t num_args;
+  const tlmrt_cuda_arg* args;
+} tlmrt_cuda_launch;
+
+enum { TLMRT_CUDA_IMAGE_CUBIN = 0, TLMRT_CUDA_IMAGE_PTX = 1 };
+
+typedef struct {
+  const char* file;   /* relative to the artifact root, e.g. "cuda/sm_90.cubin", "cuda/kernels.ptx" */
+  int32_t kind;       /* TLMRT_CUDA_IMAGE_* */
+  int32_t arch;       /* SM version as major*10+minor: 90 for sm_90; for PTX, the lowest it JITs for */
+} tlmrt_cuda_image;
+
+typedef struct {
+  uint32_t abi_version;          /* TLMRT_PLAN_ABI_VERSION */
+  const char* model_name;
+  uint64_t arena_bytes;          /* device arena */
+  uint64_t weights_bytes;
+  const char* weights_sha256;
+  int32_t min_driver_version;    /* as cuDriverGetVersion reports it, e.g. 12080 */
+  int32_t num_tensors;
+  const tlmrt_plan_tensor* tensors;
+  int32_t num_inputs;
+  const tlmrt_plan_io* inputs;
+  int32_t num_outputs;
+  const tlmrt_plan_io* outputs;
+  int32_t num_launches;
+  const tlmrt_cuda_launch* launches;
+  int32_t num_images;
+  const tlmrt_cuda_image* images;  /* cubins first, then PTX; the runtime takes the cubin whose arch
+                                      equals the device's, else PTX with arch <= the device's */
+} tlmrt_cuda_plan;
+
+typedef const tlmrt_cuda_plan* (*tlmrt_cuda_plan_get_fn)(void);
+#define TLMRT_CUDA_PLAN_SYMBOL "tlmrt_cuda_plan_v1"
+
 #endif /* TLMRT_PLAN_H_ */
