@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tlmpack.verify import check_live, onnxruntime_outputs, rel_err
+from tlmpack.verify import check_input_sensitive, check_live, onnxruntime_outputs, rel_err
 
 pytestmark = pytest.mark.slow
 
@@ -16,12 +16,16 @@ def test_seed_model_matches_onnxruntime(build_zoo_model, name):
 
     onnx_path, tar = build_zoo_model(name)
     model = rt.load(tar)
+    previous = None
     for seed in (21, 22):
         feed = zoo.random_inputs(name, seed)
         refs = onnxruntime_outputs(onnx_path, feed)
-        for spec, out, ref in zip(model.outputs, model.run(None, feed), refs):
+        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs)):
             check_live(spec.name, ref)
+            if previous is not None:
+                check_input_sensitive(spec.name, previous[i], ref)
             assert rel_err(out, ref) < 1e-4, (name, spec.name)
+        previous = refs
 
 
 def test_seed_model_through_torch_export_matches_torch(tmp_path):

@@ -315,7 +315,7 @@ def plan_memory(graph: Graph) -> None:
             continue
         size = _aligned(max(graph.tensors[base].nbytes, 1))
         start, end = first[base], last.get(base, first[base])
-        busy = sorted((o, s) for o, s, f, l in placed if not (l < start or f > end))
+        busy = sorted((o, s) for o, s, lo, hi in placed if not (hi < start or lo > end))
         offset = 0
         for o, s in busy:
             if offset + size <= o:

@@ -25,6 +25,12 @@ def check_live(name: str, ref: np.ndarray) -> None:
         raise AssertionError(f"reference output {name} is constant ({ref.reshape(-1)[:1]}): not a live test")
 
 
+def check_input_sensitive(name: str, ref_a: np.ndarray, ref_b: np.ndarray) -> None:
+    """A model whose output ignores its input (a degenerate random-weight net) tests nothing."""
+    if rel_err(ref_b, ref_a) < 1e-6:
+        raise AssertionError(f"reference output {name} does not change with the input: not a live test")
+
+
 def random_feed(specs, seed: int) -> dict[str, np.ndarray]:
     """Random inputs for the given TensorSpecs: N(0,1) floats, small non-negative integers."""
     rng = np.random.default_rng(seed)
@@ -53,10 +59,12 @@ def compare(artifact: str | Path, onnx_path: str | Path, seed: int = 1, feed=Non
     model = runtime.load(artifact, device="cpu")
     feed = feed or random_feed(model.inputs, seed)
     refs = onnxruntime_outputs(onnx_path, feed)
+    other_refs = onnxruntime_outputs(onnx_path, random_feed(model.inputs, seed + 1000))
     outs = model.run(None, feed)
     errors = []
-    for spec, out, ref in zip(model.outputs, outs, refs):
+    for spec, out, ref, other in zip(model.outputs, outs, refs, other_refs):
         check_live(spec.name, ref)
+        check_input_sensitive(spec.name, ref, other)
         errors.append(rel_err(out, ref))
     return errors
 
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     feed = dict(np.load(args.inputs)) if args.inputs else None
     errors = compare(args.artifact, args.onnx, args.seed, feed)
     worst = max(errors)
-    print(f"{args.artifact}: relative error per output {['%.2e' % e for e in errors]} "
+    print(f"{args.artifact}: relative error per output {[f'{e:.2e}' for e in errors]} "
           f"({'ok' if worst < args.tolerance else 'FAIL'} at {args.tolerance:g})")
     return 0 if worst < args.tolerance else 1
 
