@@ -88,11 +88,17 @@ def test_random_inputs(name):
             assert 0.5 < x.std() < 1.5
 
 
-@pytest.mark.parametrize("name", ["mlp", "resnet-tiny"])
+@pytest.mark.parametrize("name", TINY)
 def test_factory_string(name):
+    """``tlmpack.zoo:<name>_factory`` works with torch.export, with the same input names as the ONNX."""
+    import torch
+
     module_name, _, attr = f"tlmpack.zoo:{name.replace('-', '_')}_factory".partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
     module, example = factory()
     assert isinstance(example, tuple)
-    out = module(*example)
-    assert out.shape[0] == example[0].shape[0]
+    ep = torch.export.export(module, example)
+    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    assert user_inputs == [i.name for i in zoo.spec(name).inputs]
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(*example), module(*example), rtol=0, atol=0)

@@ -225,21 +225,24 @@ def _offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def _wrap(model, kwarg: str, index: int = 0):
-    """A module that takes one positional tensor, passes it as ``kwarg`` and returns output[index]."""
+def _wrap_vision(model):
+    """A module ``forward(pixel_values) -> logits`` around a transformers image classifier.
+
+    The argument is named like the ONNX input, so torch.export (``tlmpack.zoo:*_factory``) and the
+    ONNX export agree on input names.
+    """
     import torch
 
-    class _One(torch.nn.Module):
+    class _Vision(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
-        def forward(self, x):
-            # ModelOutput (transformers) or tuple: both index positionally.
-            out = self.inner(**{kwarg: x})
-            return out[index]
+        def forward(self, pixel_values):
+            # ModelOutput (transformers) indexes positionally: [0] is logits.
+            return self.inner(pixel_values=pixel_values)[0]
 
-    return _One(model).eval()
+    return _Vision(model).eval()
 
 
 def _wrap_text(model, seq: int, causal: bool, token_types: bool = False):
@@ -292,21 +295,21 @@ def _build_resnet(**kw):
     from transformers import ResNetConfig, ResNetForImageClassification
 
     cfg = ResNetConfig(**kw)
-    return _wrap(ResNetForImageClassification(cfg), "pixel_values")
+    return _wrap_vision(ResNetForImageClassification(cfg))
 
 
 def _build_mobilenetv2(**kw):
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
 
     cfg = MobileNetV2Config(**kw)
-    return _wrap(MobileNetV2ForImageClassification(cfg), "pixel_values")
+    return _wrap_vision(MobileNetV2ForImageClassification(cfg))
 
 
 def _build_efficientnet(**kw):
     from transformers import EfficientNetConfig, EfficientNetForImageClassification
 
     cfg = EfficientNetConfig(**kw)
-    return _wrap(EfficientNetForImageClassification(cfg), "pixel_values")
+    return _wrap_vision(EfficientNetForImageClassification(cfg))
 
 
 def _build_bert(seq, **kw):
@@ -333,13 +336,21 @@ def _build_llama(seq, **kw):
 def _build_mlp(sizes):
     import torch
 
-    layers: list[torch.nn.Module] = []
-    acts = [torch.nn.ReLU, torch.nn.GELU]
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(acts[i % len(acts)]())
-    return torch.nn.Sequential(*layers).eval()
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers: list[torch.nn.Module] = []
+            acts = [torch.nn.ReLU, torch.nn.GELU]
+            for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+                layers.append(torch.nn.Linear(a, b))
+                if i < len(sizes) - 2:
+                    layers.append(acts[i % len(acts)]())
+            self.layers = torch.nn.Sequential(*layers)
+
+        def forward(self, x):  # named like the ONNX input
+            return self.layers(x)
+
+    return MLP().eval()
 
 
 def _perturb_constant_tensors(model, seed: int) -> None:
@@ -511,6 +522,9 @@ def export_onnx(
             location=data_path.name,
             size_threshold=1024,
         )
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(data_path, 0o666 & ~umask)  # onnx creates it 0600; make it as readable as the .onnx
     else:
         onnx.save_model(proto, str(path))
     dt = time.perf_counter() - t0
@@ -548,17 +562,18 @@ def _simplify(proto, max_passes: int = 4) -> dict[str, int]:
     * ``Shape`` of a statically shaped tensor becomes a constant (fixed shapes everywhere);
     * nodes whose inputs are all constant are folded (e.g. ``Gather(position_embeddings, Constant)``,
       ``Shape -> Gather -> Unsqueeze -> Concat`` chains), when inputs and result are at most 256 MiB;
-    * no-op ``Cast`` nodes (``.to(same dtype)`` in the model code) and ``Identity`` nodes are dropped;
+    * no-op ``Cast`` nodes (``.to(same dtype)`` in the model code), ``Identity`` nodes and all-zero
+      ``Pad`` nodes (MobileNetV2's TF-style padding before 1x1 convs) are dropped;
     * initializers and nodes nothing uses any more are removed.
 
     Graph inputs/outputs keep their names. Returns counts of what was done.
     """
-    stats = dict(folded=0, shapes=0, casts=0, identities=0, removed_initializers=0, passes=0)
+    stats = dict(folded=0, shapes=0, casts=0, identities=0, pads=0, removed_initializers=0, passes=0)
     for _ in range(max_passes):
         before = dict(stats)
         _simplify_pass(proto, stats)
         stats["passes"] += 1
-        if all(stats[k] == before[k] for k in ("folded", "shapes", "casts", "identities")):
+        if all(stats[k] == before[k] for k in ("folded", "shapes", "casts", "identities", "pads")):
             break
     return stats
 
@@ -678,6 +693,11 @@ def _simplify_pass(proto, stats: dict[str, int]) -> None:
                 if elem.get(n.input[0]) == to:
                     rename[n.output[0]] = n.input[0]
                     stats["casts"] += 1
+                    continue
+            if n.op_type == "Pad" and len(n.input) > 1 and n.input[1] in inits:
+                if not numpy_helper.to_array(inits[n.input[1]]).any():
+                    rename[n.output[0]] = n.input[0]
+                    stats["pads"] += 1
                     continue
         kept.append(n)
 
