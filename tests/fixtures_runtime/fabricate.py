@@ -51,7 +51,7 @@ def make_artifact(dest: Path, *, runtime_lib: Path | None = None, cpu_features: 
     weights = dest / "weights.bin"
     weights.write_bytes(WEIGHTS.tobytes().ljust(64, b"\0"))
     (dest / "x86").mkdir()
-    subprocess.run(["gcc", "-std=c11", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{RUNTIME_C}",
+    subprocess.run(["gcc", "-std=c11", "-O2", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-fvisibility=hidden", f"-I{RUNTIME_C}",
                     f'-DFAKE_WEIGHTS_SHA256="{sha256(weights)}"', str(FAKE_PLAN), "-o", str(dest / "x86" / "model.so")],
                    check=True, capture_output=True, text=True)
     (dest / "runtime_c").mkdir()
