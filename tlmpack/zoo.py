@@ -4,6 +4,18 @@ Every model is constructed from a ``transformers`` config class (or plain torch 
 with ``torch.manual_seed(seed)`` right before construction, put in eval mode, and wrapped so
 that it takes exactly the named inputs and returns exactly one tensor. Nothing is downloaded.
 
+* Vision models take ``pixel_values`` float32 [1, 3, 224, 224] and return ``logits``.
+* Text models take only ``input_ids`` int64 [1, seq]; eager attention, no KV cache. Position
+  ids, token type ids (BERT) and the causal mask (GPT-2, LLaMA; an additive [1, 1, seq, seq]
+  constant) are constant buffers of the wrapper, so the graph holds no mask arithmetic.
+  BERT returns ``last_hidden_state``, GPT-2/LLaMA ``logits``.
+* transformers initialises biases to 0, norm scales to 1 and BatchNorm statistics to (0, 1);
+  those tensors get small seeded noise (``_perturb_constant_tensors``) so that a compiler bug
+  that drops a bias/affine/BN would show up as a mismatch.
+* ONNX: TorchScript exporter (``dynamo=False``), opset 17, constant folding, fixed shapes, then
+  ``_simplify`` removes what that exporter leaves (foldable Gathers/Shape chains, no-op Cast,
+  Identity, zero Pad). Exports are byte-for-byte reproducible.
+
 API::
 
     names()                                   -> list of model names
