@@ -3,6 +3,9 @@
  *
  * Open an extracted artifact directory, query its inputs and outputs, run it with caller
  * buffers, read the last error, close. C11, no dependencies beyond libc, pthreads and libdl.
+ * Two devices: the CPU (x86/model.so) and CUDA (cuda/plan.so + cubin/PTX images), the latter
+ * through the NVIDIA driver API, dlopen'ed ("libcuda.so.1") only when a CUDA model is opened:
+ * nothing links against CUDA.
  *
  *   tlmrt_options opts; tlmrt_options_init(&opts);
  *   tlmrt_model* m = NULL;
@@ -20,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 1
+#define TLMRT_API_VERSION 2
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -35,13 +38,32 @@ typedef enum {
 
 typedef struct tlmrt_model tlmrt_model;
 
+/* Device types: DLPack's DLDeviceType values kDLCPU and kDLCUDA. */
+enum { TLMRT_DEVICE_CPU = 1, TLMRT_DEVICE_CUDA = 2 };
+
+/* Fields are only ever added at the end; struct_size tells the runtime which ones the caller knows,
+ * and the ones it does not know take their defaults (a caller built against API version 1 passes 12). */
 typedef struct {
-  uint32_t struct_size;  /* sizeof(tlmrt_options); set by tlmrt_options_init */
-  int32_t num_threads;   /* threads for parallel kernels, the caller of run included; 0 = number of
-                            online cores; 1 = no worker threads */
-  int32_t verify_files;  /* 1 (default): check SHA256SUMS of the artifact before loading code. With
-                            0 or 1, weights.bin is always checked against the plan's size and sha256 */
+  uint32_t struct_size;    /* sizeof(tlmrt_options); set by tlmrt_options_init */
+  int32_t num_threads;     /* CPU: threads for parallel kernels, the caller of run included; 0 = number
+                              of online cores; 1 = no worker threads. CUDA: unused */
+  int32_t verify_files;    /* 1 (default): check SHA256SUMS of the artifact before loading code. With
+                              0 or 1, weights.bin is always checked against the plan's size and sha256 */
+  /* since API version 2 */
+  int32_t device_type;     /* TLMRT_DEVICE_CPU (default): x86/model.so; TLMRT_DEVICE_CUDA: cuda/plan.so */
+  int32_t device_id;       /* CUDA device ordinal (default 0); must be 0 for the CPU */
+  int32_t use_cuda_graph;  /* 1 (default): from the second run on, replay the kernel launches as one
+                              captured CUDA graph; 0: launch every kernel every run */
 } tlmrt_options;
+
+/* One caller buffer for tlmrt_model_run_io: host memory, or CUDA device memory (a CUdeviceptr
+ * cast to void*). */
+typedef struct {
+  void* data;
+  uint64_t nbytes;
+  int32_t device_type;  /* TLMRT_DEVICE_CPU or TLMRT_DEVICE_CUDA */
+  int32_t device_id;    /* the CUDA ordinal; 0 for the CPU */
+} tlmrt_io;
 
 typedef struct {
   const char* name;      /* owned by the model; valid until close */
@@ -52,13 +74,23 @@ typedef struct {
   uint64_t nbytes;
 } tlmrt_tensor_info;
 
-void tlmrt_options_init(tlmrt_options* opts);
+/* Fills *opts with the defaults, for a caller whose tlmrt_options has `size` bytes: fields past it are
+ * left alone, and struct_size is set to `size`. Use the macro, which passes sizeof from the header
+ * the caller was compiled with, so a newer library never writes past an older caller's struct. */
+void tlmrt_options_init_sized(tlmrt_options* opts, uint32_t size);
+#define tlmrt_options_init(opts) tlmrt_options_init_sized((opts), (uint32_t)sizeof(tlmrt_options))
+/* The library also exports tlmrt_options_init(opts) itself, for callers built against API version 1:
+ * it fills the 12 bytes those callers have. */
 
 /* Opens the artifact directory `dir` (holding manifest.json, SHA256SUMS, weights.bin and
- * x86/model.so). On failure *out is NULL and tlmrt_open_error() says why. */
+ * x86/model.so, or cuda/plan.so and its images for opts->device_type TLMRT_DEVICE_CUDA). On failure
+ * *out is NULL and tlmrt_open_error() says why; a machine that cannot run the device (no
+ * libcuda.so.1, no GPU, a GPU the artifact has no code for, a driver that is too old) gives
+ * TLMRT_ERR_INCOMPATIBLE. */
 tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options* opts, tlmrt_model** out);
 
-/* The reason the calling thread's last tlmrt_model_open failed ("" if none). */
+/* The reason the calling thread's last tlmrt_model_open (or tlmrt_dlpack_alloc_cuda) failed ("" if
+ * none). */
 const char* tlmrt_open_error(void);
 
 int32_t tlmrt_model_num_inputs(const tlmrt_model* m);
@@ -70,10 +102,45 @@ tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index, tlmrt_tensor
  * input_info(i).nbytes of them, given in input_nbytes[i]); outputs[i] receives output i.
  * Allocates nothing itself (kernels may take workspace through the runtime's hook): copies inputs
  * into the arena, calls the kernels, copies outputs out. Parallel kernels use the model's thread
- * pool, the calling thread being one of its threads.
+ * pool, the calling thread being one of its threads. A CUDA model takes host buffers here too: it
+ * copies them to its device arena on its stream, launches the kernels (or replays their CUDA
+ * graph), copies the outputs back and synchronizes before returning.
  * Not thread-safe on one model; open one model per thread. */
 tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inputs, const uint64_t* input_nbytes,
                              void* const* outputs, const uint64_t* output_nbytes);
+
+/* Runs the model once, like tlmrt_model_run, with buffers that may live on the model's CUDA device.
+ * A CUDA model copies a device input device-to-device into its arena, and a device output from its
+ * arena into the caller's buffer, on its stream: no round trip through the host. Device buffers
+ * must be on the model's device; a CPU model takes host buffers only. An output whose data is NULL
+ * (and nbytes 0) is not copied: it stays in the arena, where tlmrt_model_output_buffer finds it.
+ * Device inputs must be ready on the model's stream (tlmrt_model_stream): order the producer's
+ * stream before it (DLPack's __dlpack__(stream=...) does) or synchronize the producer first. The
+ * call returns when every output has been written (it synchronizes the stream).
+ * Not thread-safe on one model. */
+tlmrt_status tlmrt_model_run_io(tlmrt_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs);
+
+/* Where output `index` lives in the model's arena after a run: a host pointer for a CPU model, a
+ * device pointer on the model's device for a CUDA model. Valid until the next run or close; for
+ * zero-copy export of outputs (DLPack). */
+tlmrt_status tlmrt_model_output_buffer(tlmrt_model* m, int32_t index, tlmrt_io* out);
+
+/* The CUstream a CUDA model runs on (NULL for a CPU model), so callers can order their own work
+ * with it. Owned by the model. */
+void* tlmrt_model_stream(const tlmrt_model* m);
+
+/* What the model runs on, for logs and benchmarks: "cpu (16 threads)", or
+ * "cuda:0 NVIDIA H200 sm_90 (cubin cuda/sm_90.cubin, driver 13.0, CUDA graph)". */
+const char* tlmrt_model_device_name(const tlmrt_model* m);
+
+/* Allocates a CUDA buffer of one tensor (C order, dtype code/bits as in tlmrt_tensor_info) on device
+ * `device_id`, and wraps it in a DLPack DLManagedTensor (dlpack.h's unversioned struct; returned as
+ * void*, with the buffer in *out_data) whose deleter frees the buffer and the struct. The deleter
+ * may run on any thread, after every model has closed. For handing outputs to DLPack consumers
+ * (torch.from_dlpack) in buffers they own. On failure *out_managed is NULL, and
+ * tlmrt_open_error() says why (TLMRT_ERR_INCOMPATIBLE when CUDA is unusable here). */
+tlmrt_status tlmrt_dlpack_alloc_cuda(int32_t device_id, uint8_t dtype_code, uint8_t dtype_bits, int32_t ndim,
+                                     const int64_t* shape, void** out_managed, void** out_data);
 
 /* A human sentence about the last failure on this model ("" if none). */
 const char* tlmrt_model_last_error(const tlmrt_model* m);

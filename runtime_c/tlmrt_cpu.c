@@ -1,5 +1,6 @@
 /*
- * tlmrt_cpu.c — the CPU backend: a pthread pool and the TVM context hooks that kernels call.
+ * tlmrt_cpu.c — the CPU backend: x86/model.so (TVM's LLVM kernels and the generated plan), a pthread
+ * pool, and the TVM context hooks that kernels call.
  *
  * TVM's LLVM kernels call the runtime through global function-pointer variables in the model
  * library (__TVMBackendParallelLaunch, __TVMBackendAllocWorkspace, __TVMBackendFreeWorkspace and,
@@ -7,8 +8,8 @@
  * below into those variables, as TVM's own loader does.
  *
  * The launch hook has no context parameter, so the pool it uses is found through a thread-local
- * pointer: tlmrt_model_run sets it to the model's pool on the calling thread for the duration of the
- * run (run_begin / run_end) and restores the previous value afterwards. A launch on a thread with
+ * pointer: a run sets it to the model's pool on the calling thread for the duration of the run and
+ * restores the previous value afterwards. A launch on a thread with
  * no current pool (a kernel called outside tlmrt_model_run, a nested launch from inside a parallel
  * task, a launch from a worker) runs its tasks one after another on the calling thread.
  *
@@ -24,6 +25,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -330,9 +332,10 @@ static void fill_hook(void* dl_handle, const char* name, const void* fn_ptr, siz
   pthread_mutex_unlock(&hook_lock);  /* slot == NULL: no kernel uses this hook */
 }
 
-static tlmrt_status cpu_create(const tlmrt_options* opts, void* dl_handle, void** out_state, char* err,
+/* Checks the library for hooks this runtime does not fill, starts the pool and fills the hooks. */
+static tlmrt_status pool_start(const tlmrt_options* opts, void* dl_handle, tlmrt_cpu_pool** out, char* err,
                                size_t err_cap) {
-  *out_state = NULL;
+  *out = NULL;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
   long n = opts->num_threads == 0 ? cores : opts->num_threads;
@@ -368,23 +371,250 @@ static tlmrt_status cpu_create(const tlmrt_options* opts, void* dl_handle, void*
   fill_hook(dl_handle, TLMRT_HOOK_PARALLEL_BARRIER, &barrier, sizeof(barrier));
   fill_hook(dl_handle, TLMRT_HOOK_ALLOC_WORKSPACE, &alloc, sizeof(alloc));
   fill_hook(dl_handle, TLMRT_HOOK_FREE_WORKSPACE, &release, sizeof(release));
-  *out_state = pool;
+  *out = pool;
   return TLMRT_OK;
 }
 
-static void cpu_destroy(void* state) { pool_destroy((tlmrt_cpu_pool*)state); }
+/* ---- the x86 model ---------------------------------------------------------------------------- */
 
-static void* cpu_run_begin(void* state) {
+#define MODEL_FILE "x86/model.so"
+
+typedef struct {
+  void* dl_handle;
+  const tlmrt_plan* plan;               /* lives in dl_handle's data; validated at open */
+  tlmrt_plan_kernel_error_fn kernel_error;
+  tlmrt_cpu_pool* pool;
+  uint8_t* arena;
+  tlmrt_weights weights;
+  tlmrt_dltensor* tensors;              /* plan->num_tensors */
+  int64_t* shapes;                      /* TLMRT_PLAN_MAX_NDIM per tensor */
+  tlmrt_ffi_any* args;                  /* every step's arguments, one after another */
+  size_t* step_first_arg;               /* plan->num_steps */
+  char description[64];
+} cpu_model;
+
+static tlmrt_plan_tables plan_tables(const tlmrt_plan* plan) {
+  tlmrt_plan_tables t = {plan->tensors, plan->num_tensors, plan->inputs, plan->num_inputs,
+                         plan->outputs, plan->num_outputs};
+  return t;
+}
+
+static tlmrt_status validate_plan(const tlmrt_plan* plan, const tlmrt_weights* w, uint64_t* out_total_args,
+                                  char* err, size_t err_cap) {
+  if (plan->abi_version != TLMRT_PLAN_ABI_VERSION) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_INCOMPATIBLE,
+                        MODEL_FILE ": plan ABI version %u, but this runtime (tlmrt %s) reads version %d; "
+                        "rebuild the artifact or use a matching runtime",
+                        plan->abi_version, tlmrt_version(), TLMRT_PLAN_ABI_VERSION);
+  }
+  if (plan->model_name == NULL) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT, "plan: expected a model name, found NULL");
+  }
+  tlmrt_status s = tlmrt_check_weights("plan", plan->weights_bytes, plan->weights_sha256, w, err, err_cap);
+  if (s != TLMRT_OK) return s;
+  tlmrt_plan_tables tables = plan_tables(plan);
+  s = tlmrt_validate_tables("plan", &tables, plan->arena_bytes, w->size, err, err_cap);
+  if (s != TLMRT_OK) return s;
+  if (plan->num_steps < 0 || plan->num_steps > TLMRT_MAX_PLAN_ENTRIES ||
+      (plan->num_steps > 0 && plan->steps == NULL)) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                        "plan: expected 0..%d steps with a non-NULL table, found %d", TLMRT_MAX_PLAN_ENTRIES,
+                        plan->num_steps);
+  }
+  uint64_t total_args = 0;
+  for (int32_t i = 0; i < plan->num_steps; ++i) {
+    const tlmrt_plan_step* st = &plan->steps[i];
+    if (st->kernel == NULL || st->fn == NULL) {
+      return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                          "plan step %d: expected a kernel name and function, found %s", i,
+                          st->kernel == NULL ? "a NULL name" : "a NULL function");
+    }
+    if (st->num_args < 0 || st->num_args > TLMRT_MAX_PLAN_ENTRIES || (st->num_args > 0 && st->args == NULL)) {
+      return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                          "plan step %d (%.200s): expected 0..%d arguments with a non-NULL table, "
+                          "found %d",
+                          i, st->kernel, TLMRT_MAX_PLAN_ENTRIES, st->num_args);
+    }
+    for (int32_t a = 0; a < st->num_args; ++a) {
+      if (st->args[a] < 0 || st->args[a] >= plan->num_tensors) {
+        return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                            "plan step %d (%.200s) argument %d: tensor index expected 0..%d, found %d",
+                            i, st->kernel, a, plan->num_tensors - 1, st->args[a]);
+      }
+    }
+    total_args += (uint64_t)st->num_args;
+  }
+  *out_total_args = total_args;
+  return TLMRT_OK;
+}
+
+static tlmrt_status build_tensors(cpu_model* m, uint64_t total_args, char* err, size_t err_cap) {
+  const tlmrt_plan* plan = m->plan;
+  size_t nt = (size_t)plan->num_tensors;
+  m->arena = (uint8_t*)tlmrt_alloc_aligned(plan->arena_bytes);
+  m->tensors = (tlmrt_dltensor*)calloc(nt > 0 ? nt : 1u, sizeof(tlmrt_dltensor));
+  m->shapes = (int64_t*)calloc((nt > 0 ? nt : 1u) * TLMRT_PLAN_MAX_NDIM, sizeof(int64_t));
+  m->args = (tlmrt_ffi_any*)calloc(total_args > 0 ? (size_t)total_args : 1u, sizeof(tlmrt_ffi_any));
+  m->step_first_arg = (size_t*)calloc(plan->num_steps > 0 ? (size_t)plan->num_steps : 1u, sizeof(size_t));
+  if (m->arena == NULL || m->tensors == NULL || m->shapes == NULL || m->args == NULL ||
+      m->step_first_arg == NULL) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
+                        "cannot allocate the arena (%" PRIu64 " bytes) and tables for %d tensors",
+                        plan->arena_bytes, plan->num_tensors);
+  }
+  uint64_t arena_alloc = plan->arena_bytes == 0 ? TLMRT_ALIGNMENT
+                                                : (plan->arena_bytes + TLMRT_ALIGNMENT - 1u) & ~(uint64_t)(TLMRT_ALIGNMENT - 1u);
+  memset(m->arena, 0, (size_t)arena_alloc);
+  for (size_t i = 0; i < nt; ++i) {
+    const tlmrt_plan_tensor* pt = &plan->tensors[i];
+    tlmrt_dltensor* t = &m->tensors[i];
+    uint8_t* base = pt->storage == TLMRT_STORAGE_ARENA ? m->arena : m->weights.data;
+    int64_t* shape = &m->shapes[i * TLMRT_PLAN_MAX_NDIM];
+    for (int32_t d = 0; d < pt->ndim; ++d) shape[d] = pt->shape[d];
+    t->data = base + pt->offset;
+    t->device.device_type = TLMRT_DL_CPU;
+    t->device.device_id = 0;
+    t->ndim = pt->ndim;
+    t->dtype.code = pt->dtype_code;
+    t->dtype.bits = pt->dtype_bits;
+    t->dtype.lanes = pt->dtype_lanes;
+    t->shape = shape;
+    t->strides = NULL;
+    t->byte_offset = 0;
+  }
+  size_t next = 0;
+  for (int32_t s = 0; s < plan->num_steps; ++s) {
+    const tlmrt_plan_step* st = &plan->steps[s];
+    m->step_first_arg[s] = next;
+    for (int32_t a = 0; a < st->num_args; ++a) {
+      tlmrt_ffi_any* any = &m->args[next++];
+      any->type_index = TLMRT_FFI_TYPE_DLTENSOR_PTR;
+      any->zero_padding = 0;
+      any->v.v_ptr = &m->tensors[st->args[a]];
+    }
+  }
+  return TLMRT_OK;
+}
+
+static void cpu_close(void* state) {
+  cpu_model* m = (cpu_model*)state;
+  if (m == NULL) return;
+  /* Threads first: nothing may call into the library once it is unloaded. */
+  pool_destroy(m->pool);
+  if (m->dl_handle != NULL) dlclose(m->dl_handle);
+  free(m->step_first_arg);
+  free(m->args);
+  free(m->shapes);
+  free(m->tensors);
+  free(m->weights.data);
+  free(m->arena);
+  free(m);
+}
+
+/* Open, in this order, so that no code from the artifact runs before it is checked:
+ *   1. read weights.bin into a 64-byte-aligned buffer, hashing it on the way;
+ *   2. if opts.verify_files, check SHA256SUMS (weights.bin's digest comes from step 1, so the bytes
+ *      checked are the bytes used);
+ *   3. dlopen x86/model.so (RTLD_NOW | RTLD_LOCAL), get the plan, validate all of it, and compare
+ *      weights.bin's size and sha256 with the plan's (always, whatever verify_files says);
+ *   4. preallocate the arena, one DLTensor per plan tensor and one TVMFFIAny array per step;
+ *   5. fill the kernel hooks and start the threads. */
+static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** out_state,
+                             tlmrt_plan_tables* tables, char* err, size_t err_cap) {
+  *out_state = NULL;
+  cpu_model* m = (cpu_model*)calloc(1, sizeof(cpu_model));
+  if (m == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  tlmrt_status s = tlmrt_load_weights(dir, &m->weights, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
+  if (opts->verify_files) {
+    const char* must[] = {MODEL_FILE, TLMRT_WEIGHTS_FILE};
+    const char* known_names[] = {TLMRT_WEIGHTS_FILE};
+    const char* known_hex[] = {m->weights.sha256};
+    s = tlmrt_verify_sha256sums(dir, must, 2, known_names, known_hex, 1, err, err_cap);
+    if (s != TLMRT_OK) goto fail;
+  }
+  void* sym = NULL;
+  s = tlmrt_open_library(dir, MODEL_FILE, TLMRT_PLAN_SYMBOL, &m->dl_handle, &sym, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
+  tlmrt_plan_get_fn get_plan;
+  memcpy(&get_plan, &sym, sizeof(get_plan));
+  m->plan = get_plan();
+  if (m->plan == NULL) {
+    s = tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                     MODEL_FILE ": " TLMRT_PLAN_SYMBOL "() expected to return a plan, returned NULL");
+    goto fail;
+  }
+  dlerror();
+  sym = dlsym(m->dl_handle, TLMRT_PLAN_KERNEL_ERROR_SYMBOL);
+  if (sym != NULL) memcpy(&m->kernel_error, &sym, sizeof(m->kernel_error));
+
+  uint64_t total_args = 0;
+  s = validate_plan(m->plan, &m->weights, &total_args, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
+  s = build_tensors(m, total_args, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
+  s = pool_start(opts, m->dl_handle, &m->pool, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
+  snprintf(m->description, sizeof(m->description), "cpu (%d thread%s)", m->pool->num_threads,
+           m->pool->num_threads == 1 ? "" : "s");
+  *tables = plan_tables(m->plan);
+  *out_state = m;
+  return TLMRT_OK;
+fail:
+  cpu_close(m);
+  return s;
+}
+
+static tlmrt_status cpu_run(void* state, const tlmrt_io* inputs, const tlmrt_io* outputs, char* err,
+                            size_t err_cap) {
+  cpu_model* m = (cpu_model*)state;
+  const tlmrt_plan* plan = m->plan;
+  for (int32_t i = 0; i < plan->num_inputs; ++i) {
+    const tlmrt_plan_tensor* t = &plan->tensors[plan->inputs[i].tensor];
+    if (t->nbytes > 0) memcpy(m->arena + t->offset, inputs[i].data, (size_t)t->nbytes);
+  }
+
+  tlmrt_status s = TLMRT_OK;
   tlmrt_cpu_pool* saved = tls_current_pool;
-  tls_current_pool = (tlmrt_cpu_pool*)state;
-  return saved;
+  tls_current_pool = m->pool;
+  for (int32_t i = 0; i < plan->num_steps; ++i) {
+    const tlmrt_plan_step* st = &plan->steps[i];
+    tlmrt_ffi_any result;
+    memset(&result, 0, sizeof(result));
+    int32_t rc = st->fn(NULL, &m->args[m->step_first_arg[i]], st->num_args, &result);
+    if (rc != 0) {
+      const char* why = m->kernel_error != NULL ? m->kernel_error() : NULL;
+      s = tlmrt_errorf(err, err_cap, TLMRT_ERR_KERNEL, "kernel %.200s (step %d) failed: %s", st->kernel, i,
+                       (why != NULL && why[0] != '\0') ? why : "(the kernel left no message)");
+      break;
+    }
+  }
+  tls_current_pool = saved;
+  if (s != TLMRT_OK) return s;
+
+  for (int32_t i = 0; i < plan->num_outputs; ++i) {
+    const tlmrt_plan_tensor* t = &plan->tensors[plan->outputs[i].tensor];
+    if (outputs[i].data != NULL && t->nbytes > 0) memcpy(outputs[i].data, m->arena + t->offset, (size_t)t->nbytes);
+  }
+  return TLMRT_OK;
 }
 
-static void cpu_run_end(void* state, void* saved) {
-  (void)state;
-  tls_current_pool = (tlmrt_cpu_pool*)saved;
+static void cpu_output_buffer(void* state, int32_t index, tlmrt_io* out) {
+  cpu_model* m = (cpu_model*)state;
+  const tlmrt_plan_tensor* t = &m->plan->tensors[m->plan->outputs[index].tensor];
+  out->data = m->arena + t->offset;
+  out->nbytes = t->nbytes;
+  out->device_type = TLMRT_DEVICE_CPU;
+  out->device_id = 0;
 }
+
+static void* cpu_stream(void* state) {
+  (void)state;
+  return NULL;
+}
+
+static const char* cpu_describe(void* state) { return ((cpu_model*)state)->description; }
 
 const tlmrt_backend tlmrt_backend_cpu = {
-    "cpu", cpu_create, cpu_destroy, cpu_run_begin, cpu_run_end,
+    "cpu", TLMRT_DEVICE_CPU, cpu_open, cpu_close, cpu_run, cpu_output_buffer, cpu_stream, cpu_describe,
 };

@@ -67,6 +67,9 @@ typedef int (*tlmrt_parallel_barrier_fn)(int task_id, tlmrt_parallel_env* penv);
 tlmrt_status tlmrt_errorf(char* buf, size_t cap, tlmrt_status status, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The calling thread's error buffer behind tlmrt_open_error(), for calls that have no model. */
+char* tlmrt_thread_error(size_t* cap);
+
 /* ---- sha256 (tlmrt_sha256.c) ----------------------------------------------------------------- */
 
 typedef struct {
@@ -93,22 +96,87 @@ tlmrt_status tlmrt_verify_sha256sums(const char* dir, const char* const* must_li
                                      const char* const* known_names, const char* const* known_hex,
                                      int n_known, char* err, size_t err_cap);
 
+/* Why `path` is not a safe relative path inside the artifact (absolute, empty, a "." or ".."
+ * component, a control character, too long), or NULL when it is. */
+const char* tlmrt_bad_path_reason(const char* path);
+
+/* Looks `name` up in dir/SHA256SUMS: TLMRT_OK when it is listed with the digest `hex` (64 lowercase
+ * hex digits), TLMRT_ERR_ARTIFACT when it is not listed or listed with another digest, with a
+ * sentence. For files whose bytes the caller has just read and hashed itself (CUDA images). */
+tlmrt_status tlmrt_sha256sums_expect(const char* dir, const char* name, const char* hex, char* err,
+                                     size_t err_cap);
+
+/* ---- shared by the backends (tlmrt_core.c) --------------------------------------------------- */
+
+#define TLMRT_WEIGHTS_FILE "weights.bin"
+#define TLMRT_MAX_PLAN_ENTRIES (1 << 24) /* tensors, steps, launches, arguments: sanity bound */
+
+/* dir + "/" + rel, malloc'ed (NULL when out of memory). */
+char* tlmrt_join_path(const char* dir, const char* rel);
+/* aligned_alloc of n bytes rounded up to 64 (at least 64); NULL if n does not fit. */
+void* tlmrt_alloc_aligned(uint64_t n);
+int tlmrt_is_sha256_hex(const char* s);
+
+/* weights.bin read into a 64-byte-aligned buffer (zero-padded to a multiple of 64), hashed while
+ * it was read, so the bytes checked are the bytes used. */
+typedef struct {
+  uint8_t* data;
+  uint64_t size;
+  char sha256[65];
+} tlmrt_weights;
+
+tlmrt_status tlmrt_load_weights(const char* dir, tlmrt_weights* out, char* err, size_t err_cap);
+/* The plan's weights_bytes and weights_sha256 against the file's. `what` names the plan ("plan"). */
+tlmrt_status tlmrt_check_weights(const char* what, uint64_t plan_bytes, const char* plan_sha256,
+                                 const tlmrt_weights* w, char* err, size_t err_cap);
+
+/* The tensor and I/O tables that both plan kinds share. */
+typedef struct {
+  const tlmrt_plan_tensor* tensors;
+  int32_t num_tensors;
+  const tlmrt_plan_io* inputs;
+  int32_t num_inputs;
+  const tlmrt_plan_io* outputs;
+  int32_t num_outputs;
+} tlmrt_plan_tables;
+
+/* Bounds-checks every tensor (storage, dtype, shape, nbytes, 64-byte alignment, within the arena or
+ * weights.bin) and every input and output (a name, an arena tensor). `what` names the plan in
+ * messages ("plan", "cuda plan"). */
+tlmrt_status tlmrt_validate_tables(const char* what, const tlmrt_plan_tables* t, uint64_t arena_bytes,
+                                   uint64_t weights_size, char* err, size_t err_cap);
+
+/* dlopen(dir/rel, RTLD_NOW | RTLD_LOCAL) after a stat, then dlsym(symbol). Errors: TLMRT_ERR_IO (no
+ * file), TLMRT_ERR_INCOMPATIBLE (does not load here), TLMRT_ERR_ARTIFACT (no symbol). On failure
+ * nothing stays open. */
+tlmrt_status tlmrt_open_library(const char* dir, const char* rel, const char* symbol, void** out_handle,
+                                void** out_symbol, char* err, size_t err_cap);
+
 /* ---- backends -------------------------------------------------------------------------------- */
 
-/* A backend owns whatever a model needs to execute its kernels on one kind of device. The core
- * dlopens the model library and calls `create` with its handle; the CPU backend fills the TVM
- * context hooks there and starts its thread pool. `run_begin`/`run_end` bracket one
- * tlmrt_model_run on the calling thread (the CPU backend publishes its pool to the parallel-launch
- * hook through a thread-local pointer). A CUDA backend will add its own entry. */
+/* A backend runs models on one kind of device: the CPU (tlmrt_cpu.c: x86/model.so, TVM's context
+ * hooks, a thread pool) or CUDA (tlmrt_cuda.c: cuda/plan.so, cubin/PTX images, the driver API
+ * through dlopen). The core (tlmrt_core.c) validates options and caller buffers, answers the
+ * queries from the plan's tables, and calls the backend for everything else. */
 typedef struct {
-  const char* name;
-  tlmrt_status (*create)(const tlmrt_options* opts, void* dl_handle, void** out_state, char* err,
-                         size_t err_cap);
-  void (*destroy)(void* state);
-  void* (*run_begin)(void* state);              /* returns what run_end restores */
-  void (*run_end)(void* state, void* saved);
+  const char* name;     /* "cpu", "cuda" */
+  int32_t device_type;  /* TLMRT_DEVICE_* */
+  /* Loads, verifies and validates everything the model needs, so run only copies and launches.
+   * Fills *tables (pointing into the plan, valid until close). On failure *out_state is NULL and
+   * nothing is left open. */
+  tlmrt_status (*open)(const char* dir, const tlmrt_options* opts, void** out_state, tlmrt_plan_tables* tables,
+                       char* err, size_t err_cap);
+  void (*close)(void* state);
+  /* One run. The core has checked every buffer: sizes match the plan, data is non-NULL (except an
+   * output with data NULL and nbytes 0: leave it in the arena), device buffers are on this model's
+   * device and only given to a backend that takes them. */
+  tlmrt_status (*run)(void* state, const tlmrt_io* inputs, const tlmrt_io* outputs, char* err, size_t err_cap);
+  void (*output_buffer)(void* state, int32_t index, tlmrt_io* out);
+  void* (*stream)(void* state);
+  const char* (*describe)(void* state);
 } tlmrt_backend;
 
 extern const tlmrt_backend tlmrt_backend_cpu;
+extern const tlmrt_backend tlmrt_backend_cuda;
 
 #endif /* TLMRT_INTERNAL_H_ */

@@ -174,7 +174,7 @@ typedef struct {
 static int is_lower_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
 /* A relative path with no empty, "." or ".." component and nothing that could escape dir. */
-static const char* bad_path_reason(const char* path) {
+const char* tlmrt_bad_path_reason(const char* path) {
   if (path[0] == '\0') return "the path is empty";
   if (path[0] == '/') return "the path is absolute";
   if (strlen(path) >= SUMS_MAX_PATH) return "the path is too long";
@@ -276,7 +276,7 @@ static tlmrt_status parse_sums(char* buf, size_t len, sums_entry** out, int* out
     }
     line[line_len] = '\0';  /* the '\n' (or the buffer's terminating NUL) */
     const char* path = line + 66;
-    const char* why = bad_path_reason(path);
+    const char* why = tlmrt_bad_path_reason(path);
     if (why != NULL) {
       free(entries);
       return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
@@ -350,6 +350,37 @@ tlmrt_status tlmrt_verify_sha256sums(const char* dir, const char* const* must_li
                             "%s: sha256 mismatch (expected %.64s, found %.64s); the artifact is "
                             "corrupted",
                             entries[k].path, entries[k].hex, found);
+    }
+  }
+  free(entries);
+  free(text);
+  free(path);
+  return status;
+}
+
+tlmrt_status tlmrt_sha256sums_expect(const char* dir, const char* name, const char* hex, char* err,
+                                     size_t err_cap) {
+  char* path = tlmrt_join_path(dir, SUMS_NAME);
+  if (path == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  char* text = NULL;
+  size_t text_len = 0;
+  sums_entry* entries = NULL;
+  int n = 0;
+  tlmrt_status status = read_small_file(path, &text, &text_len, err, err_cap);
+  if (status == TLMRT_OK) status = parse_sums(text, text_len, &entries, &n, err, err_cap);
+  if (status == TLMRT_OK) {
+    int k = 0;
+    while (k < n && strcmp(entries[k].path, name) != 0) ++k;
+    if (k == n) {
+      status = tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                            SUMS_NAME " lists %d files but not %.200s; expected every file of the "
+                            "artifact to be listed",
+                            n, name);
+    } else if (memcmp(entries[k].hex, hex, 64) != 0) {
+      status = tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
+                            "%.200s: sha256 mismatch (expected %.64s, found %.64s); the artifact is "
+                            "corrupted",
+                            name, entries[k].hex, hex);
     }
   }
   free(entries);

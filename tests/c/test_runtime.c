@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   int verify = !(argc > 3 && strcmp(argv[3], "--no-verify") == 0);
   setvbuf(stdout, NULL, _IONBF, 0);
 
-  CHECK(strcmp(tlmrt_version(), "0.1.0") == 0, "version %s", tlmrt_version());
+  CHECK(strcmp(tlmrt_version(), "0.2.0") == 0, "version %s", tlmrt_version());
 
   tlmrt_options opts;
   tlmrt_options_init(&opts);
