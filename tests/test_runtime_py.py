@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures_runtime"))
 import fabricate  # noqa: E402
 
 import tlmpack.runtime as rt  # noqa: E402
-from tlmpack.runtime import _capi, preflight  # noqa: E402
+from tlmpack.runtime import _capi, _cuda, preflight  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to compile the fake plan")
 
@@ -280,13 +280,17 @@ def test_cuda_device_without_cuda_target_says_the_artifact_has_none(artifact: Pa
         rt.load(artifact, device="cuda:0")
 
 
-def test_cuda_device_with_a_cuda_target_says_cuda_is_not_supported_yet(artifact: Path) -> None:
+def test_cuda_device_on_a_machine_without_the_driver_names_libcuda_and_auto_falls_back(artifact: Path) -> None:
     m = fabricate.read_manifest(artifact)
-    m["targets"].insert(0, {"id": "cuda_sm90", "kind": "cuda", "files": []})
+    m["targets"].insert(0, {"id": "cuda_sm90", "kind": "cuda", "archs": ["sm_90"], "files": []})
     fabricate.write_manifest(artifact, m)
-    with pytest.raises(rt.IncompatibleTargetError, match="does not support CUDA targets yet"):
-        rt.load(artifact, device="cuda")
-    assert rt.check(artifact, device="auto").target["id"] == "x86", "auto falls back to the CPU target"
+    no_driver = preflight.Host("x86_64", "linux", preflight.read_cpu_features(), _cuda.CudaHost(
+        error="CUDA driver library libcuda.so.1 not found (dlopen: gone); install the NVIDIA driver or use device=cpu"))
+    report = rt.check(artifact, device="cuda", host=no_driver)
+    assert [str(p) for p in report.problems] == [
+        "target cuda_sm90: CUDA driver library libcuda.so.1 not found (dlopen: gone); install the NVIDIA driver or "
+        "use device=cpu"]
+    assert rt.check(artifact, device="auto", host=no_driver).target["id"] == "x86", "auto falls back to the CPU target"
 
 
 def test_auto_device_picks_the_cpu_target(artifact: Path) -> None:

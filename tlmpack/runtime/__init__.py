@@ -2,9 +2,11 @@
 
 This package runs on deployment machines, so it imports only the standard library and numpy:
 never tvm, torch or transformers (a test enforces it). The kernels run in the artifact's own C
-runtime (runtime_c/), reached through ctypes.
+runtime (runtime_c/), reached through ctypes; on CUDA, the C runtime reaches the NVIDIA driver
+(libcuda.so.1) itself, and so does preflight (through ctypes), to see what the GPU can run.
 """
 
+from tlmpack.runtime.dlpack import CudaArray
 from tlmpack.runtime.errors import (
     ArtifactError,
     IncompatibleTargetError,
@@ -19,6 +21,7 @@ from tlmpack.runtime.preflight import CheckReport, check
 __all__ = [
     "ArtifactError",
     "CheckReport",
+    "CudaArray",
     "IncompatibleTargetError",
     "InputError",
     "KernelError",

@@ -44,6 +44,10 @@ ERR_INCOMPATIBLE = 4
 ERR_KERNEL = 5
 ERR_OUT_OF_MEMORY = 6
 
+# device types (DLPack's kDLCPU, kDLCUDA)
+DEVICE_CPU = 1
+DEVICE_CUDA = 2
+
 STATUS_NAMES = {
     OK: "TLMRT_OK", ERR_INVALID_ARGUMENT: "TLMRT_ERR_INVALID_ARGUMENT", ERR_IO: "TLMRT_ERR_IO",
     ERR_ARTIFACT: "TLMRT_ERR_ARTIFACT", ERR_INCOMPATIBLE: "TLMRT_ERR_INCOMPATIBLE",
@@ -62,7 +66,26 @@ _STATUS_ERRORS: dict[int, type[TlmpackError]] = {
 class Options(ctypes.Structure):
     """tlmrt_options."""
 
-    _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32), ("verify_files", ctypes.c_int32)]
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_threads", ctypes.c_int32),
+        ("verify_files", ctypes.c_int32),
+        # API version 2
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("use_cuda_graph", ctypes.c_int32),
+    ]
+
+
+class IO(ctypes.Structure):
+    """tlmrt_io: one caller buffer, host or CUDA device memory."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+    ]
 
 
 class TensorInfo(ctypes.Structure):
@@ -110,6 +133,19 @@ class Library:
         self._sig(lib, "tlmrt_model_last_error", ctypes.c_char_p, [pm])
         self._sig(lib, "tlmrt_model_close", None, [pm])
         self._sig(lib, "tlmrt_version", ctypes.c_char_p, [])
+        # API version 2 (CUDA, device buffers); absent from runtimes packaged before it.
+        self.has_v2 = all(hasattr(lib, n) for n in (
+            "tlmrt_options_init_sized", "tlmrt_model_run_io", "tlmrt_model_output_buffer", "tlmrt_model_stream",
+            "tlmrt_model_device_name", "tlmrt_dlpack_alloc_cuda"))
+        if self.has_v2:
+            self._sig(lib, "tlmrt_options_init_sized", None, [ctypes.POINTER(Options), ctypes.c_uint32])
+            self._sig(lib, "tlmrt_model_run_io", c_status, [pm, ctypes.POINTER(IO), ctypes.POINTER(IO)])
+            self._sig(lib, "tlmrt_model_output_buffer", c_status, [pm, ctypes.c_int32, ctypes.POINTER(IO)])
+            self._sig(lib, "tlmrt_model_stream", ctypes.c_void_p, [pm])
+            self._sig(lib, "tlmrt_model_device_name", ctypes.c_char_p, [pm])
+            self._sig(lib, "tlmrt_dlpack_alloc_cuda", c_status,
+                      [ctypes.c_int32, ctypes.c_uint8, ctypes.c_uint8, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64),
+                       ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)])
         self.lib = lib
         self.version = (lib.tlmrt_version() or b"").decode(errors="replace")
 
@@ -119,10 +155,21 @@ class Library:
         fn.restype = restype
         fn.argtypes = argtypes
 
-    def open_model(self, artifact_dir: Path, num_threads: int, verify_files: bool) -> int:
+    def open_model(self, artifact_dir: Path, num_threads: int, verify_files: bool, device_type: int = DEVICE_CPU,
+                   device_id: int = 0, use_cuda_graph: bool = True) -> int:
         """tlmrt_model_open; returns the model handle (an address) or raises the typed error."""
         opts = Options()
-        self.lib.tlmrt_options_init(ctypes.byref(opts))
+        if self.has_v2:
+            self.lib.tlmrt_options_init_sized(ctypes.byref(opts), ctypes.sizeof(Options))
+            opts.device_type = device_type
+            opts.device_id = device_id
+            opts.use_cuda_graph = 1 if use_cuda_graph else 0
+        else:
+            if device_type != DEVICE_CPU:
+                raise IncompatibleTargetError(
+                    f"{self.path}: this C runtime (tlmrt {self.version}) has no CUDA backend; rebuild the artifact "
+                    f"with a newer tlmpack, or load it with device='cpu'")
+            self.lib.tlmrt_options_init(ctypes.byref(opts))  # fills the 12 bytes of API version 1
         opts.num_threads = num_threads
         opts.verify_files = 1 if verify_files else 0
         handle = ctypes.c_void_p()
@@ -132,6 +179,11 @@ class Library:
             message = (self.lib.tlmrt_open_error() or b"").decode(errors="replace")
             raise status_error(status if status != OK else ERR_ARTIFACT, message, f"{artifact_dir}: cannot open the model")
         return handle.value
+
+    def device_name(self, handle: int) -> str:
+        if not self.has_v2:
+            return "cpu"
+        return (self.lib.tlmrt_model_device_name(handle) or b"").decode(errors="replace")
 
     def last_error(self, handle: int) -> str:
         return (self.lib.tlmrt_model_last_error(handle) or b"").decode(errors="replace")

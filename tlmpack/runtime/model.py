@@ -2,7 +2,10 @@
 
 Feeds are validated here, in Python, so a mistake is reported with names and shapes instead of a
 byte count from C; nothing is cast silently. Outputs are fresh numpy arrays every run: the caller
-owns them, and the C runtime copies into them (it allocates nothing while running).
+owns them, and the C runtime copies into them (it allocates nothing while running). A model on a
+CUDA device also takes CUDA tensors (anything with __dlpack__ on the model's GPU: torch, cupy,
+CudaArray) without a trip through the host, and can return its outputs as CudaArray objects that
+torch.from_dlpack takes without a copy.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,9 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from tlmpack.runtime import _capi
-from tlmpack.runtime.errors import ArtifactError, InputError, TlmpackError
-from tlmpack.runtime.preflight import DTYPES, Device, check, specs_of
+from tlmpack.runtime import _capi, _cuda
+from tlmpack.runtime.dlpack import KDL_CUDA, CudaArray, DeviceView, device_view, dlpack_device
+from tlmpack.runtime.errors import (
+    ArtifactError,
+    IncompatibleTargetError,
+    InputError,
+    TlmpackError,
+    TlmpackWarning,
+)
+from tlmpack.runtime.preflight import DTYPES, Device, check, select_target, specs_of
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
@@ -45,14 +56,18 @@ class TensorSpec:
         return TensorSpec(d["name"], d["dtype"], tuple(d["shape"]))
 
 
-def load(path: str | os.PathLike[str], device: str = "cpu", num_threads: int | None = None) -> Model:
+def load(path: str | os.PathLike[str], device: str = "auto", num_threads: int | None = None,
+         use_cuda_graph: bool = True) -> Model:
     """Verifies an artifact (.tar or extracted folder), picks a target for `device`, and opens it.
 
-    device: "cpu", "auto" (CUDA when the artifact and machine allow it, else CPU; CPU for now),
-    "cuda" or "cuda:N" (not supported yet: raises IncompatibleTargetError).
-    num_threads: worker threads for parallel kernels; None uses every online core.
+    device: "auto" (the CUDA target on cuda:0 when the artifact has one and this machine can run it,
+    else the CPU), "cpu", "cuda" (cuda:0) or "cuda:N".
+    num_threads: CPU worker threads for parallel kernels; None uses every online core.
+    use_cuda_graph: on CUDA, replay the kernel launches as one CUDA graph from the second run on.
     Every check that needs no code runs first, so a corrupted or foreign artifact is refused
-    before anything from it is loaded.
+    before anything from it is loaded. With "auto", a CUDA target that passes preflight but that
+    the C runtime cannot open (say, PTX the driver cannot compile) falls back to the CPU with a
+    TlmpackWarning.
     """
     if num_threads is not None and (not isinstance(num_threads, int) or isinstance(num_threads, bool)
                                     or num_threads < 1):
@@ -60,22 +75,36 @@ def load(path: str | os.PathLike[str], device: str = "cpu", num_threads: int | N
     report = check(path, device)
     report.raise_first()
     assert report.artifact_dir is not None and report.manifest is not None and report.target is not None
-    return Model(report.artifact_dir, report.manifest, report.target, Device.parse(device), num_threads or 0)
+    dev = Device.parse(device)
+    try:
+        return Model(report.artifact_dir, report.manifest, report.target, dev, num_threads or 0, use_cuda_graph)
+    except IncompatibleTargetError as e:
+        if dev.kind != "auto" or report.target["kind"] != "cuda":
+            raise
+        try:
+            cpu = select_target(report.manifest, Device("cpu"))
+        except IncompatibleTargetError:
+            raise e from None
+        warnings.warn(f"{e}; running on the CPU instead", TlmpackWarning, stacklevel=2)
+        return Model(report.artifact_dir, report.manifest, cpu, dev, num_threads or 0)
 
 
 class Model:
     """A loaded artifact, ready to run. Not thread-safe in C, so runs on one Model are serialized.
 
     Use it as a context manager, or call close(); it is also closed when garbage-collected.
+    `device` is "cpu" or "cuda:N"; `device_name` what the C runtime says it runs on.
     """
 
     def __init__(self, artifact_dir: Path, manifest: dict[str, Any], target: dict[str, Any],
-                 device: Device, num_threads: int = 0) -> None:
+                 device: Device, num_threads: int = 0, use_cuda_graph: bool = True) -> None:
         """Opens the model through the C runtime; use load(), which runs the preflight checks first."""
         self.path = Path(artifact_dir)
         self.manifest = manifest
         self.target = target
-        self.device = "cpu" if target["kind"] == "x86" else str(device)
+        self.is_cuda = target["kind"] == "cuda"
+        self.device_index = device.index if self.is_cuda else 0
+        self.device = f"cuda:{self.device_index}" if self.is_cuda else "cpu"
         self.inputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "inputs")]
         self.outputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "outputs")]
         self._input_index = {s.name: i for i, s in enumerate(self.inputs)}
@@ -83,7 +112,10 @@ class Model:
         self._lock = threading.Lock()
         self._lib = _capi.load_library(self.path)
         # Preflight already hashed every file; the C runtime need not read them twice.
-        self._handle: int | None = self._lib.open_model(self.path, num_threads, verify_files=False)
+        self._handle: int | None = self._lib.open_model(
+            self.path, num_threads, verify_files=False,
+            device_type=_capi.DEVICE_CUDA if self.is_cuda else _capi.DEVICE_CPU,
+            device_id=self.device_index, use_cuda_graph=use_cuda_graph)
         self._finalizer = weakref.finalize(self, self._lib.lib.tlmrt_model_close, self._handle)
         try:
             self._check_against_plan()
@@ -93,6 +125,13 @@ class Model:
         n_in, n_out = len(self.inputs), len(self.outputs)
         self._in_nbytes = (ctypes.c_uint64 * n_in)(*(s.nbytes for s in self.inputs))
         self._out_nbytes = (ctypes.c_uint64 * n_out)(*(s.nbytes for s in self.outputs))
+        self._stream = (self._lib.lib.tlmrt_model_stream(self._handle) or None) if self.is_cuda else None
+
+    @property
+    def device_name(self) -> str:
+        """What the model runs on, e.g. "cuda:0 NVIDIA H200 sm_90 (cubin cuda/sm_90.cubin, driver 13.0, CUDA graph)"."""
+        with self._lock:
+            return self._lib.device_name(self._handle) if self._handle is not None else "closed"
 
     def _check_against_plan(self) -> None:
         """The manifest (which users read) and the compiled plan (which runs) must describe the same tensors."""
@@ -140,31 +179,130 @@ class Model:
 
     def __repr__(self) -> str:
         name = self.manifest.get("model", {}).get("name", "?")
-        state = "closed" if self.closed else f"target {self.target['id']}"
+        state = "closed" if self.closed else f"target {self.target['id']} on {self.device}"
         return f"<tlmpack Model {name!r} {state} inputs={self.input_names} outputs={self.output_names}>"
 
-    def run(self, output_names: Sequence[str] | None, feed: Mapping[str, Any]) -> list[np.ndarray]:
+    def run(self, output_names: Sequence[str] | None, feed: Mapping[str, Any], *,
+            output_device: str = "cpu") -> list[Any]:
         """Runs once and returns the requested outputs in the order asked (all, in model order, for None).
 
         onnxruntime's InferenceSession.run semantics. `feed` maps every input name to a numpy array,
-        anything with __dlpack__ (a CPU torch tensor), or a Python scalar/list. Arrays must have the
-        exact dtype and shape; Python scalars and lists, which have no dtype of their own, are
+        anything with __dlpack__ (a CPU or CUDA torch tensor), or a Python scalar/list. Arrays must have
+        the exact dtype and shape; Python scalars and lists, which have no dtype of their own, are
         converted to the input's dtype when that is a same-kind conversion (float -> float32, not
-        float -> int32).
+        float -> int32). A CUDA model reads CUDA tensors on its own GPU where they are (device to
+        device; they must be C-contiguous); other tensors go through the host.
+        output_device: "cpu" returns numpy arrays; "cuda" (a CUDA model only) returns CudaArray
+        objects, fresh device buffers that torch.from_dlpack(a) takes without a copy.
         """
+        if output_device not in ("cpu", "cuda", self.device):
+            raise ValueError(f"output_device must be 'cpu' or 'cuda'; got {output_device!r}")
+        to_device = output_device != "cpu"
+        if to_device and not self.is_cuda:
+            raise InputError(f"output_device={output_device!r}, but this model runs on {self.device}; "
+                             f"load it with device='cuda' or ask for output_device='cpu'")
         wanted = self._output_indices(output_names)
-        arrays = self._arrays(feed)
-        outs = [np.empty(s.shape, dtype=s.dtype) for s in self.outputs]
-        in_ptrs = (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
-        out_ptrs = (ctypes.c_void_p * len(outs))(*(o.ctypes.data for o in outs))
+        values = self._feed_values(feed)
+        views = [self._device_input(spec, v) for spec, v in zip(self.inputs, values, strict=True)]
+        arrays = [None if view is not None else _as_input_array(spec, v)
+                  for spec, v, view in zip(self.inputs, values, views, strict=True)]
+        if not to_device and all(v is None for v in views):
+            outs: list[Any] = [np.empty(s.shape, dtype=s.dtype) for s in self.outputs]
+            in_ptrs = (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
+            out_ptrs = (ctypes.c_void_p * len(outs))(*(o.ctypes.data for o in outs))
+            with self._lock:
+                self._check_open()
+                status = self._lib.lib.tlmrt_model_run(self._handle, in_ptrs, self._in_nbytes, out_ptrs,
+                                                       self._out_nbytes)
+                self._raise_for(status)
+            return [outs[i] for i in wanted]
+
+        ins = (_capi.IO * len(self.inputs))()
+        for i, (spec, arr, view) in enumerate(zip(self.inputs, arrays, views, strict=True)):
+            if view is not None:
+                ins[i] = _capi.IO(view.ptr, spec.nbytes, _capi.DEVICE_CUDA, self.device_index)
+            else:
+                ins[i] = _capi.IO(arr.ctypes.data, spec.nbytes, _capi.DEVICE_CPU, 0)
+        asked = set(wanted)
+        outs = [None if k not in asked else self._new_cuda_array(s) if to_device else np.empty(s.shape, dtype=s.dtype)
+                for k, s in enumerate(self.outputs)]
+        out_io = (_capi.IO * len(self.outputs))()
+        for k, (spec, o) in enumerate(zip(self.outputs, outs, strict=True)):
+            if isinstance(o, CudaArray):
+                out_io[k] = _capi.IO(o.data_ptr, spec.nbytes, _capi.DEVICE_CUDA, self.device_index)
+            elif o is not None:
+                out_io[k] = _capi.IO(o.ctypes.data, spec.nbytes, _capi.DEVICE_CPU, 0)
+            else:
+                out_io[k] = _capi.IO(None, 0, _capi.DEVICE_CPU, 0)  # not asked for: stays in the arena
         with self._lock:
-            if self._handle is None:
-                raise TlmpackError("this model is closed; load it again to run it")
-            status = self._lib.lib.tlmrt_model_run(self._handle, in_ptrs, self._in_nbytes, out_ptrs, self._out_nbytes)
-            if status != _capi.OK:
-                raise _capi.status_error(status, self._lib.last_error(self._handle),
-                                         f"running {self.manifest.get('model', {}).get('name', 'the model')}")
+            self._check_open()
+            status = self._lib.lib.tlmrt_model_run_io(self._handle, ins, out_io)
+            self._raise_for(status)
+        del views  # the producers' capsules stay alive until here
         return [outs[i] for i in wanted]
+
+    def run_dlpack(self, output_names: Sequence[str] | None, feed: Mapping[str, Any]) -> list[CudaArray]:
+        """run(..., output_device="cuda"): every requested output as a CudaArray on the model's GPU."""
+        return self.run(output_names, feed, output_device="cuda")
+
+    def to_device(self, value: Any) -> CudaArray:
+        """A copy of a host array (numpy, or anything np.asarray takes) on this model's GPU."""
+        if not self.is_cuda:
+            raise InputError(f"to_device: this model runs on {self.device}, not on a GPU")
+        arr = np.ascontiguousarray(np.asarray(value))
+        if arr.dtype.name not in DTYPES:
+            raise InputError(f"to_device: dtype {arr.dtype.name} is not one the runtime handles ({', '.join(DTYPES)})")
+        out = self._new_cuda_array(TensorSpec("", arr.dtype.name, tuple(arr.shape)))
+        _cuda.copy_to_device(self.device_index, out.data_ptr, arr.ctypes.data, arr.nbytes)
+        return out
+
+    def _new_cuda_array(self, spec: TensorSpec) -> CudaArray:
+        code, bits = DTYPES[spec.dtype]
+        shape = (ctypes.c_int64 * max(1, len(spec.shape)))(*spec.shape)
+        managed, data = ctypes.c_void_p(), ctypes.c_void_p()
+        status = self._lib.lib.tlmrt_dlpack_alloc_cuda(self.device_index, code, bits, len(spec.shape), shape,
+                                                       ctypes.byref(managed), ctypes.byref(data))
+        if status != _capi.OK or not managed.value:
+            message = (self._lib.lib.tlmrt_open_error() or b"").decode(errors="replace")
+            raise _capi.status_error(status if status != _capi.OK else _capi.ERR_OUT_OF_MEMORY, message,
+                                     f"allocating {spec.dtype} {spec.shape} on {self.device}")
+        return CudaArray(managed.value, data.value or 0, spec.shape, spec.dtype, self.device_index)
+
+    def _device_input(self, spec: TensorSpec, value: Any) -> DeviceView | None:
+        """The CUDA memory of a feed value on this model's GPU, checked like a host array; None for host values."""
+        dev = dlpack_device(value)
+        if dev is None or dev[0] != KDL_CUDA:
+            return None
+        if not self.is_cuda:
+            raise InputError(f"input {spec.name!r}: a tensor on cuda:{dev[1]}, but this model runs on the CPU; "
+                             f"pass host memory (e.g. tensor.cpu()) or load the model with device='cuda'")
+        if dev[1] != self.device_index:
+            raise InputError(f"input {spec.name!r}: a tensor on cuda:{dev[1]}, but this model runs on {self.device}; "
+                             f"move it to {self.device} first")
+        try:
+            view = device_view(value, self._stream)
+        except (TypeError, ValueError, RuntimeError, BufferError) as e:
+            raise InputError(f"input {spec.name!r}: cannot read the {type(value).__name__} through DLPack ({e})") from e
+        if view.dtype != spec.dtype:
+            raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {view.dtype}")
+        if view.shape != spec.shape:
+            raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {view.shape}")
+        if not view.contiguous:
+            raise InputError(f"input {spec.name!r}: a non-contiguous CUDA tensor; pass a C-contiguous one "
+                             f"(e.g. tensor.contiguous())")
+        if view.device_id != self.device_index:
+            raise InputError(f"input {spec.name!r}: its capsule is on cuda:{view.device_id}, but this model runs "
+                             f"on {self.device}")
+        return view
+
+    def _check_open(self) -> None:
+        if self._handle is None:
+            raise TlmpackError("this model is closed; load it again to run it")
+
+    def _raise_for(self, status: int) -> None:
+        if status != _capi.OK:
+            raise _capi.status_error(status, self._lib.last_error(self._handle),
+                                     f"running {self.manifest.get('model', {}).get('name', 'the model')}")
 
     def __call__(self, feed: Mapping[str, Any] | None = None, /, **named: Any) -> list[np.ndarray]:
         """model(x=..., y=...) or model({"x": ...}): every output, as a list in model order (like run(None, ...)).
@@ -194,8 +332,8 @@ class Model:
             indices.append(self._output_index[n])
         return indices
 
-    def _arrays(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
-        """One C-contiguous array per input, in model order, each checked against its TensorSpec."""
+    def _feed_values(self, feed: Mapping[str, Any]) -> list[Any]:
+        """The feed's value for every input, in model order, after checking the names."""
         if not isinstance(feed, Mapping):
             raise InputError(f"feed must be a dict of input name -> array; got {type(feed).__name__}")
         expected = ", ".join(self.input_names) or "(none)"
@@ -206,7 +344,7 @@ class Model:
         if missing:
             raise InputError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}; "
                              f"this model's inputs are: {expected}")
-        return [_as_input_array(spec, feed[spec.name]) for spec in self.inputs]
+        return [feed[spec.name] for spec in self.inputs]
 
 
 def _as_input_array(spec: TensorSpec, value: Any) -> np.ndarray:

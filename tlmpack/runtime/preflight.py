@@ -1,8 +1,10 @@
 """Preflight: everything that can be checked about an artifact before any of its code is loaded.
 
 The manifest is read and validated, every file's sha256 is compared with the manifest (and with
-SHA256SUMS), and a target that this machine can run is chosen. Nothing here dlopens anything, so
-`check()` is safe to run on an artifact nobody trusts yet (the future `tlmpack check`).
+SHA256SUMS), and a target that this machine can run is chosen. Nothing from the artifact is
+loaded, so `check()` is safe to run on an artifact nobody trusts yet (`tlmpack check`). A CUDA
+target is checked against the NVIDIA driver itself (libcuda.so.1 through ctypes: the driver
+version, the GPUs and their SM versions), the first time one is considered.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tlmpack.runtime import _cuda
 from tlmpack.runtime.errors import ArtifactError, IncompatibleTargetError, TlmpackError
 from tlmpack.runtime.extract import extract_artifact, sha256_file, unsafe_path_reason
 
@@ -32,10 +36,10 @@ DTYPES: dict[str, tuple[int, int]] = {
     "float16": (2, 16), "float32": (2, 32), "float64": (2, 64),
 }
 
-# Which target kinds serve which device request, in order of preference. CUDA joins "cuda" and
-# "auto" (first) once the runtime has a CUDA backend; until then those kinds are listed but unsupported.
+# Which target kinds serve which device request, in order of preference.
 _DEVICE_KINDS: dict[str, tuple[str, ...]] = {"cpu": ("x86",), "cuda": ("cuda",), "auto": ("cuda", "x86")}
-_SUPPORTED_KINDS: frozenset[str] = frozenset({"x86"})
+_SUPPORTED_KINDS: frozenset[str] = frozenset({"x86", "cuda"})
+_SM = re.compile(r"^sm_(\d+)(a?)$")
 
 
 @dataclass(frozen=True)
@@ -63,16 +67,24 @@ class Device:
 
 @dataclass(frozen=True)
 class Host:
-    """What preflight needs to know about this machine; a parameter so tests can describe other machines."""
+    """What preflight needs to know about this machine; a parameter so tests can describe other machines.
+
+    cuda: the driver and GPUs; None means "ask the driver" (once per process, only when an artifact
+    has a CUDA target).
+    """
 
     machine: str
     os: str
     cpu_features: frozenset[str]
+    cuda: _cuda.CudaHost | None = None
 
     @staticmethod
     def this(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> Host:
         """This machine: architecture, OS, and the CPU flags every core has."""
         return Host(platform.machine().lower(), sys.platform, read_cpu_features(cpuinfo))
+
+    def cuda_info(self) -> _cuda.CudaHost:
+        return self.cuda if self.cuda is not None else _cuda.probe()
 
 
 def read_cpu_features(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
@@ -173,6 +185,26 @@ def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
         feats = t.get("cpu_features", [])
         if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
             raise bad(f"target {t['id']!r}: 'cpu_features' must be a list of strings")
+        if t["kind"] == "cuda":
+            _validate_cuda_target(t, bad)
+
+
+def _validate_cuda_target(t: dict[str, Any], bad: Any) -> None:
+    """archs: ["sm_90", ...]; ptx: bool; ptx_arch: "sm_NN" when ptx; min_driver_version: int (cuDriverGetVersion form)."""
+    archs = t.get("archs")
+    if not isinstance(archs, list) or not all(isinstance(a, str) and _SM.match(a) for a in archs):
+        raise bad(f"target {t['id']!r}: 'archs' must be a list of SM names like 'sm_90'; found {archs!r}")
+    ptx = t.get("ptx", False)
+    if not isinstance(ptx, bool):
+        raise bad(f"target {t['id']!r}: 'ptx' must be true or false; found {ptx!r}")
+    if ptx and not (isinstance(t.get("ptx_arch"), str) and _SM.match(t["ptx_arch"])):
+        raise bad(f"target {t['id']!r}: 'ptx_arch' must name the lowest SM the PTX runs on, like 'sm_90'; "
+                  f"found {t.get('ptx_arch')!r}")
+    if not archs and not ptx:
+        raise bad(f"target {t['id']!r}: has neither cubins ('archs') nor PTX")
+    drv = t.get("min_driver_version", 0)
+    if not isinstance(drv, int) or isinstance(drv, bool) or drv < 0:
+        raise bad(f"target {t['id']!r}: 'min_driver_version' must be a non-negative integer like 13000; found {drv!r}")
 
 
 def read_sha256sums(artifact_dir: str | os.PathLike[str]) -> dict[str, str]:
@@ -245,7 +277,7 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
     return matched, problems
 
 
-def target_problems(target: Mapping[str, Any], host: Host) -> list[str]:
+def target_problems(target: Mapping[str, Any], host: Host, device_index: int = 0) -> list[str]:
     """Why `host` cannot run `target` (empty when it can). One function per kind goes here."""
     kind = target["kind"]
     tid = target["id"]
@@ -261,27 +293,67 @@ def target_problems(target: Mapping[str, Any], host: Host) -> list[str]:
         missing = [f for f in wanted if f not in host.cpu_features]
         if missing:
             return [f"target {tid} needs CPU features {', '.join(missing)}, which this CPU lacks"]
+    if kind == "cuda":
+        return cuda_target_problems(target, host.cuda_info(), device_index)
     return []
+
+
+def cuda_target_problems(target: Mapping[str, Any], info: _cuda.CudaHost, index: int = 0) -> list[str]:
+    """Why GPU `index` cannot run a CUDA target: no driver, no GPU, an old driver, an SM with no code.
+
+    The same rules as the C runtime: a cubin for the GPU's exact SM, else one of the same major and a
+    lower minor, else PTX for an SM at or below the GPU's.
+    """
+    tid = target["id"]
+    if info.error:
+        return [f"target {tid}: {info.error}"]
+    n = len(info.gpus)
+    if n == 0:
+        return [f"target {tid}: no CUDA GPU found (cuDeviceGetCount returned 0); use device=cpu"]
+    if index >= n:
+        return [f"target {tid}: device cuda:{index} requested, but this machine has {n} CUDA GPU"
+                f"{'' if n == 1 else 's'} (cuda:0..cuda:{n - 1})"]
+    need = int(target.get("min_driver_version", 0))
+    if info.driver_version < need:
+        return [f"target {tid}: the NVIDIA driver here supports CUDA {info.driver} (cuDriverGetVersion "
+                f"{info.driver_version}), but the artifact's CUDA code needs CUDA {_cuda.version_str(need)} ({need}) "
+                f"or newer; update the driver or use device=cpu"]
+    gpu = info.gpus[index]
+    cubins = [_SM.match(a) for a in target.get("archs", [])]
+    for m in cubins:
+        arch = int(m.group(1))
+        if arch == gpu.arch or (not m.group(2) and arch // 10 == gpu.arch // 10 and arch < gpu.arch):
+            return []
+    ptx = _SM.match(target.get("ptx_arch") or "") if target.get("ptx") else None
+    if ptx and int(ptx.group(1)) <= gpu.arch:
+        return []
+    has = (f"cubins for {', '.join(target['archs'])}" if cubins else "no cubins") + \
+        (f" and PTX for {target['ptx_arch']}+" if ptx else " and no PTX")
+    return [f"target {tid}: GPU {index} ({gpu.name}) is sm_{gpu.arch}; the artifact has {has}; "
+            f"rebuild it for sm_{gpu.arch} or use device=cpu"]
 
 
 def select_target(manifest: Mapping[str, Any], device: str | Device, host: Host | None = None) -> dict[str, Any]:
     """Picks the first target in the manifest that serves `device` and that this machine can run.
 
-    Raises IncompatibleTargetError with every reason when none can.
+    "auto" tries CUDA targets first (on cuda:0), then the CPU. Raises IncompatibleTargetError with
+    every reason when none can.
     """
+    return _select_target(manifest, device, host)[0]
+
+
+def _select_target(manifest: Mapping[str, Any], device: str | Device,
+                   host: Host | None = None) -> tuple[dict[str, Any], list[str]]:
+    """select_target, plus why the targets tried before the chosen one were passed over."""
     dev = device if isinstance(device, Device) else Device.parse(device)
     host = host or Host.this()
     targets: list[dict[str, Any]] = manifest["targets"]
     kinds = _DEVICE_KINDS[dev.kind]
     built_for = ", ".join(sorted({t["kind"] for t in targets}))
-    if dev.kind == "cuda":
-        if not any(t["kind"] == "cuda" for t in targets):
-            raise IncompatibleTargetError(
-                f"device '{dev}': the artifact has no cuda target (it was built for: {built_for}); "
-                f"rebuild it with a CUDA target, or load it with device='cpu'")
+    if dev.kind == "cuda" and not any(t["kind"] == "cuda" for t in targets):
         raise IncompatibleTargetError(
-            f"device '{dev}': this runtime does not support CUDA targets yet; "
-            f"load the artifact with device='cpu'")
+            f"device '{dev}': the artifact has no cuda target (it was built for: {built_for}); "
+            f"rebuild it with a CUDA target, or load it with device='cpu'")
     reasons: list[str] = []
     for kind in kinds:
         for t in targets:
@@ -289,9 +361,9 @@ def select_target(manifest: Mapping[str, Any], device: str | Device, host: Host 
                 continue
             if kind not in _SUPPORTED_KINDS and dev.kind == "auto":
                 continue  # "auto" quietly falls back to what this runtime can run
-            why = target_problems(t, host)
+            why = target_problems(t, host, dev.index)
             if not why:
-                return dict(t)
+                return dict(t), reasons
             reasons.extend(why)
     if not reasons:
         raise IncompatibleTargetError(
@@ -311,6 +383,8 @@ class CheckReport:
     target: dict[str, Any] | None = None
     files_checked: int = 0
     problems: tuple[TlmpackError, ...] = field(default=())
+    notes: tuple[str, ...] = ()             # e.g. why "auto" passed over the CUDA target
+    cuda: _cuda.CudaHost | None = None      # the driver and GPUs, when the artifact has a CUDA target
 
     @property
     def ok(self) -> bool:
@@ -337,8 +411,12 @@ class CheckReport:
             out.append(f"model: {model.get('name', '?')} (format_version {self.manifest.get('format_version')}, "
                        f"tlmpack {self.manifest.get('tlmpack_version', '?')})")
             out.append(f"files verified: {self.files_checked}/{len(self.manifest['files'])}")
+        if self.cuda is not None and not self.cuda.error:  # an error shows as a note or a problem
+            gpus = ", ".join(f"cuda:{g.index} {g.name} (sm_{g.arch})" for g in self.cuda.gpus) or "none"
+            out.append(f"cuda: driver {self.cuda.driver} ({self.cuda.driver_version}); GPUs: {gpus}")
         if self.target is not None:
             out.append(f"target for device {self.device}: {self.target['id']} ({self.target['kind']})")
+        out.extend(f"note: {n}" for n in self.notes)
         out.extend(f"problem: {p}" for p in self.problems)
         out.append("ok" if self.ok else f"{len(self.problems)} problem(s)")
         return out
@@ -354,7 +432,7 @@ def resolve_artifact(path: str | os.PathLike[str]) -> Path:
     raise ArtifactError(f"{p}: no such file or directory")
 
 
-def check(path: str | os.PathLike[str], device: str = "cpu", host: Host | None = None) -> CheckReport:
+def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None) -> CheckReport:
     """Runs every preflight check without loading any code; returns a report instead of raising.
 
     Only a malformed `device` raises (ValueError): that is a caller mistake, not an artifact problem.
@@ -372,12 +450,17 @@ def check(path: str | os.PathLike[str], device: str = "cpu", host: Host | None =
     matched, file_problems = _verify_files(artifact_dir, manifest)
     problems: list[TlmpackError] = list(file_problems)
     target = None
+    notes: list[str] = []
+    host = host or Host.this()
     try:
-        target = select_target(manifest, dev, host)
+        target, passed_over = _select_target(manifest, dev, host)
+        notes = [f"not using {r}" for r in passed_over]
     except IncompatibleTargetError as e:
         problems.append(e)
-    return CheckReport(p, str(dev), artifact_dir, manifest, target,
-                       files_checked=matched, problems=tuple(problems))
+    has_cuda = any(t["kind"] == "cuda" for t in manifest["targets"])
+    cuda = host.cuda_info() if has_cuda and dev.kind != "cpu" else None
+    return CheckReport(p, str(dev), artifact_dir, manifest, target, files_checked=matched,
+                       problems=tuple(problems), notes=tuple(notes), cuda=cuda)
 
 
 def specs_of(manifest: Mapping[str, Any], section: str) -> Iterable[tuple[str, str, tuple[int, ...]]]:
