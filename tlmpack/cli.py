@@ -178,5 +178,26 @@ def run(artifact: str, inputs: tuple[str, ...], random_inputs: bool, device: str
     click.echo(f"ran in {elapsed:.2f} ms on {model.device}", err=True)
 
 
+@main.command()
+@click.argument("artifact", type=click.Path(exists=True))
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@friendly_errors
+def check(artifact: str, device: str) -> None:
+    """Check that this machine can run ARTIFACT (files, CPU features, GPU, driver) without loading its code.
+
+    Prints one fact per line and every problem; exits 2 when there is a problem.
+    """
+    from . import runtime
+
+    try:
+        report = runtime.check(artifact, device=device)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--device") from None
+    for line in report.lines():
+        click.echo(line)
+    if not report.ok:
+        sys.exit(EXIT_USER_ERROR)
+
+
 if __name__ == "__main__":
     main()
