@@ -30,3 +30,17 @@ def build_zoo_model(zoo_dir):
         return built[name]
 
     return make
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` need a GPU: where the NVIDIA driver finds none, they are skipped, not failed."""
+    marked = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not marked:
+        return
+    from tlmpack.runtime import _cuda
+
+    info = _cuda.probe()
+    if info.error or not info.gpus:
+        skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {info.error or 'the driver finds none'}")
+        for item in marked:
+            item.add_marker(skip)
