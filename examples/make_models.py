@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="output directory")
     ap.add_argument("--opset", type=int, default=zoo.DEFAULT_OPSET)
     ap.add_argument("--seed", type=int, default=zoo.DEFAULT_SEED, help="weight and input seed")
+    ap.add_argument("--weights", choices=zoo.WEIGHT_MODES, default="dense",
+                    help="dense: transformers' init (+noise); portable: numpy-drawn sparse weights, same under any "
+                         "torch version and ~30x compressible (for carrying artifacts to a GPU machine)")
     ap.add_argument("--no-check", action="store_true", help="skip the onnxruntime vs torch check")
     ap.add_argument("--ref", action="store_true", help="also write <name>.ref.npz with the torch output")
     ap.add_argument("--dynamo", action="store_true", help="use the dynamo exporter instead of TorchScript")
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, failed = [], []
     for name in names:
         t0 = time.perf_counter()
-        model, _, _, out_names = zoo.get_model(name, args.seed)
+        model, _, _, out_names = zoo.get_model(name, args.seed, args.weights)
         build_s = time.perf_counter() - t0
         onnx_path = args.out / f"{name}.onnx"
         r = zoo.export_onnx(

@@ -395,6 +395,76 @@ def _perturb_constant_tensors(model, seed: int) -> None:
                 t.add_(torch.randn(t.shape, generator=g) * 0.1)
 
 
+WEIGHT_MODES = ("dense", "portable")
+
+
+def _portable_weights(model, seed: int, density: float = 1 / 16, gain: float = 1.0) -> None:
+    """Replace every float parameter and buffer with values drawn by numpy (PCG64), keyed by the
+    tensor's name, so the model is the same under any torch/transformers version, and its weights
+    compress about 30x (for carrying artifacts to a GPU machine).
+
+    Matrices and kernels (ndim >= 2) are sparse: a ``density`` fraction of entries holds k/8 for
+    k in [-8, 8] \\ {0}, scaled to He-like std sqrt(2 / fan_in) (embeddings: 0.05). Sparse random
+    weights still catch indexing errors: a wrong element is almost never the same as the right one.
+    1-D tensors are dense: shifts ~ N(0, 0.05), scales ~ 1 + N(0, 0.1), running_var ~ U(0.5, 1.5).
+    Buffers added by the zoo wrappers (``zoo_*``) are left alone.
+    """
+    import zlib
+
+    import numpy as np
+    import torch
+
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    with torch.no_grad():
+        for name, t in tensors:
+            if name.split(".")[-1].startswith("zoo_") or not t.is_floating_point():
+                continue
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+            shape = tuple(t.shape)
+            if len(shape) >= 2:
+                embedding = any(key in name for key in ("embed", "wte", "wpe"))
+                fan_in = int(np.prod(shape[1:]))
+                dense_enough = min(1.0, max(density, 16.0 / fan_in))  # small kernels stay mostly dense
+                k = rng.integers(1, 9, size=shape) * rng.choice(np.array([-1, 1]), size=shape)
+                values = np.where(rng.random(shape) < dense_enough, k / 8.0, 0.0)
+                std = 0.05 if embedding else gain / np.sqrt(fan_in)
+                values *= std / np.sqrt(dense_enough * np.mean((np.arange(1, 9) / 8.0) ** 2))
+            elif name.endswith("running_var"):
+                values = rng.uniform(0.5, 1.5, size=shape)
+            else:
+                center = 1.0 if name.endswith("weight") else 0.0  # 1-D weights are norm scales
+                values = center + rng.standard_normal(shape) * (0.1 if center else 0.05)
+            t.copy_(torch.from_numpy(np.asarray(values, dtype=np.float32)).to(t.dtype))
+
+
+def _calibrate_batchnorm(model, name: str, seed: int, passes: int = 4) -> None:
+    """Set BatchNorm running statistics to the activations' real ones (rounded to bf16 precision).
+
+    Random weights with made-up running statistics let the signal decay block after block: BN in
+    eval mode does not renormalise, so the per-channel shifts swamp it and the output of a deep net
+    (MobileNetV2, EfficientNet) stops depending on the input. Calibrated BN keeps it live.
+    """
+    import numpy as np
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for bn in norms:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average over the calibration passes
+        bn.train()
+    with torch.no_grad():
+        for i in range(passes):
+            feed = random_inputs(name, seed + 7919 + i)
+            model(*(torch.from_numpy(feed[inp.name]) for inp in spec(name).inputs))
+    for bn in norms:
+        bn.eval()
+        for stat in (bn.running_mean, bn.running_var):
+            rounded = np.asarray(stat.float().numpy(), dtype=np.float32).view(np.uint32) + 0x8000
+            stat.copy_(torch.from_numpy((rounded & 0xFFFF0000).view(np.float32)))
+
+
 def random_inputs(name: str, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """A live input set: token ids uniform in [0, vocab), images/features ~ N(0, 1)."""
     import numpy as np
@@ -409,8 +479,8 @@ def random_inputs(name: str, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     return feed
 
 
-def get_model(name: str, seed: int = DEFAULT_SEED):
-    """Build ``name`` with seeded random weights.
+def get_model(name: str, seed: int = DEFAULT_SEED, weights: str = "dense"):
+    """Build ``name`` with seeded random weights (``weights="portable"``: see _portable_weights).
 
     Returns ``(module, example_inputs, input_names, output_names)``; ``module`` is in eval mode and
     ``module(*example_inputs)`` returns a single tensor.
@@ -422,7 +492,13 @@ def get_model(name: str, seed: int = DEFAULT_SEED):
     torch.manual_seed(seed)
     model = globals()[s.builder](**s.kwargs)
     model.eval()
-    _perturb_constant_tensors(model, seed)
+    if weights == "portable":
+        _portable_weights(model, seed)
+    elif weights == "dense":
+        _perturb_constant_tensors(model, seed)
+    else:
+        raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+    _calibrate_batchnorm(model, name, seed)
     for p in model.parameters():
         p.requires_grad_(False)
     return model, _example(name, seed), [i.name for i in s.inputs], list(s.outputs)
@@ -479,6 +555,7 @@ def export_onnx(
     dynamo: bool = False,
     simplify: bool = True,
     model=None,
+    weights: str = "dense",
 ) -> dict[str, Any]:
     """Export ``name`` to ONNX at ``path`` with fixed shapes and folded constants.
 
@@ -498,7 +575,7 @@ def export_onnx(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if model is None:
-        model, example, in_names, out_names = get_model(name, seed)
+        model, example, in_names, out_names = get_model(name, seed, weights)
     else:  # a module already built by get_model(name, seed)
         s = spec(name)
         in_names, out_names = [i.name for i in s.inputs], list(s.outputs)
