@@ -59,16 +59,19 @@ def main(debug: bool) -> None:
 @click.option("--cpu", default=None, help="LLVM CPU name for x86 (default: this machine's).")
 @click.option("--scheduler", default="default", show_default=True, type=click.Choice(["default"]),
               help="Who picks the schedules.")
+@click.option("--cuda-arch", "cuda_archs", default=None, metavar="sm_XX[,sm_YY…]",
+              help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
-          scheduler: str) -> None:
+          scheduler: str, cuda_archs: str | None) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     from .emit.package import BuildOptions
     from .emit.package import build as build_artifact
     from .specs import parse_input_shapes
 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
-                           input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler)
+                           input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
+                           cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()))
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import tempfile
@@ -17,7 +18,8 @@ from .manifest import write_manifest
 from .plan_c import render_plan
 from .tarball import write_reproducible_tar
 
-SUPPORTED_TARGETS = ("x86",)
+SUPPORTED_TARGETS = ("x86", "cuda")
+TARGET_ORDER = ("cuda", "x86")  # the manifest lists targets in this order (the runtime's preference)
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,14 @@ class BuildOptions:
     cpu: str | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     scheduler: str = "default"
+    cuda_archs: tuple[str, ...] = ()  # e.g. ("sm_80", "sm_90"); empty: sm_90
 
     def to_json(self) -> dict:
-        return {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
-                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+        out = {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
+               "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+        if "cuda" in self.targets:
+            out["cuda_archs"] = list(self.cuda_archs)
+        return out
 
 
 def _run(cmd: list[str], cwd: Path, what: str) -> None:
@@ -53,6 +59,41 @@ def _link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
     _run(cmd, build, "linking x86/model.so")
 
 
+def _link_cuda_plan(stage: Path, plan_c: str) -> None:
+    """cuda_plan.c → cuda/plan.so: a host library holding only the CUDA plan's C data."""
+    build = stage.parent / "build-cuda"
+    build.mkdir(exist_ok=True)
+    (build / "cuda_plan.c").write_text(plan_c)
+    shutil.copy(RUNTIME_C_DIR / "tlmrt_plan.h", build / "tlmrt_plan.h")
+    cmd = ["cc", "-std=c11", "-O2", "-fPIC", "-shared", "-I.", "-ffile-prefix-map=.=.", "-Wl,--build-id=none", "-Wl,-Bsymbolic",
+           "-Wl,-soname,plan.so", "-o", str(stage / "cuda" / "plan.so"), "cuda_plan.c"]
+    _run(cmd, build, "linking cuda/plan.so")
+
+
+def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None]) -> tuple[dict, list]:
+    """Schedules (dlight), generates and compiles the CUDA kernels, renders and links the plan.
+    Returns the manifest's target entry and the schedule records."""
+    from ..lower.cuda import build_kernels, schedule_tasks
+    from .cuda_plan import render_cuda_plan
+
+    say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with dlight")
+    funcs, records = schedule_tasks(graph, cuda, say)
+    nvcc_dir = stage.parent / "nvcc"
+    kernels = build_kernels(funcs, cuda, nvcc_dir, say)
+    (stage / "cuda").mkdir()
+    for name in ["kernels.cu", *(file for file, _, _ in kernels.images)]:
+        shutil.copy(nvcc_dir / name, stage / "cuda" / name)
+    plan = render_cuda_plan(graph, kernels, cuda, imported.inputs, imported.outputs, imported.source.name,
+                            __version__)
+    _link_cuda_plan(stage, plan.c_source)
+    files = ["cuda/plan.so", *(f"cuda/{file}" for file, _, _ in kernels.images), "cuda/kernels.cu"]
+    say(f"CUDA plan: {plan.num_launches} launches, device arena {plan.arena_bytes / 2**20:.1f} MiB "
+        f"(workspace {plan.workspace_bytes / 2**10:.1f} KiB)")
+    entry = cuda.to_json() | {"files": files, "launches": plan.num_launches, "arena_bytes": plan.arena_bytes,
+                              "workspace_bytes": plan.workspace_bytes}
+    return entry, records
+
+
 def _add_runtime(stage: Path) -> None:
     """The runtime's sources, the public header, and a prebuilt library for hosts like this one."""
     sources = stage / "runtime_c"
@@ -67,6 +108,20 @@ def _add_runtime(stage: Path) -> None:
 
 def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None] = lambda s: None) -> dict:
     """Builds ``model`` into the artifact ``out``; returns the manifest."""
+    from ..lower.cuda import cuda_target
+
+    unknown = set(options.targets) - set(SUPPORTED_TARGETS)
+    if unknown:
+        raise LoweringError(f"unknown target(s) {sorted(unknown)}; this build supports {list(SUPPORTED_TARGETS)}")
+    if not options.targets:
+        raise LoweringError(f"no target given; this build supports {list(SUPPORTED_TARGETS)}")
+    if options.cuda_archs and "cuda" not in options.targets:
+        raise LoweringError("--cuda-arch is for the cuda target: add -t cuda")
+    started = time.perf_counter()
+    cuda = cuda_target(options.cuda_archs) if "cuda" in options.targets else None  # fail before the long part
+    options = dataclasses.replace(options, targets=tuple(t for t in TARGET_ORDER if t in options.targets),
+                                  cuda_archs=cuda.archs if cuda else ())
+
     import tvm
 
     from ..frontend import load_model
@@ -74,10 +129,6 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     from ..lower.x86 import build_kernels, x86_target
     from ..schedule.select import schedule_tasks
 
-    unknown = set(options.targets) - set(SUPPORTED_TARGETS)
-    if unknown:
-        raise LoweringError(f"unknown target(s) {sorted(unknown)}; this build supports {list(SUPPORTED_TARGETS)}")
-    started = time.perf_counter()
     say(f"loading {model}")
     imported = load_model(model, options.input_shapes)
     say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
@@ -85,22 +136,31 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
 
-    target = x86_target(options.cpu)
-    say(f"scheduling {len(graph.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
-    lanes = 16 if "avx512f" in target.features else 8
-    funcs, records = schedule_tasks(graph, target.tvm_target(), "x86", options.scheduler, lanes, say)
-
     with tempfile.TemporaryDirectory(prefix="tlmpack-build-") as tmp:
         stage = Path(tmp) / "artifact"
-        (stage / "x86").mkdir(parents=True)
-        say("building x86 kernels with LLVM")
-        kernels_object = Path(tmp) / "kernels.o"
-        build_kernels(funcs, target, kernels_object)
-        plan = render_plan(graph, imported.inputs, imported.outputs, imported.source.name, __version__)
-        _link_model_library(stage, plan, kernels_object)
+        stage.mkdir(parents=True)
+        target_entries: dict[str, dict] = {}
+        records_by_target: dict[str, dict] = {}
+        if cuda is not None:
+            entry, records = _build_cuda(stage, graph, imported, cuda, say)
+            target_entries["cuda"] = entry
+            records_by_target["cuda"] = {r.task: r for r in records}
+        if "x86" in options.targets:
+            target = x86_target(options.cpu)
+            say(f"scheduling {len(graph.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
+            lanes = 16 if "avx512f" in target.features else 8
+            funcs, records = schedule_tasks(graph, target.tvm_target(), "x86", options.scheduler, lanes, say)
+            (stage / "x86").mkdir()
+            say("building x86 kernels with LLVM")
+            kernels_object = Path(tmp) / "kernels.o"
+            build_kernels(funcs, target, kernels_object)
+            plan = render_plan(graph, imported.inputs, imported.outputs, imported.source.name, __version__)
+            _link_model_library(stage, plan, kernels_object)
+            target_entries["x86"] = target.to_json() | {"files": ["x86/model.so"]}
+            records_by_target["x86"] = {r.task: r for r in records}
         (stage / "weights.bin").write_bytes(graph.weights)
         _add_runtime(stage)
-        by_task = {r.task: r for r in records}
+        order = [t for t in TARGET_ORDER if t in target_entries]
         manifest = {
             "tlmpack_version": __version__,
             "tvm_version": tvm.__version__,
@@ -109,10 +169,11 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             "build_options": options.to_json(),
             "inputs": [s.to_json() for s in imported.inputs],
             "outputs": [s.to_json() for s in imported.outputs],
-            "targets": [target.to_json() | {"files": ["x86/model.so"]}],
+            "targets": [target_entries[t] for t in order],
             "memory": graph.memory_json(),
             "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
-            "subgraphs": [t.to_json() | {"schedules": [by_task[t.id].to_json()]} for t in graph.tasks],
+            "subgraphs": [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order]}
+                          for t in graph.tasks],
         }
         write_manifest(stage, manifest)
         out.parent.mkdir(parents=True, exist_ok=True)
