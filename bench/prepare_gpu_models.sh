@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build the seed models here for -t cuda,x86 with portable weights, check the x86 half against
-# onnxruntime, and pack what the GPU machine needs (xz-compressed artifacts, inputs, references)
-# into a folder small enough to carry:   bash bench/prepare_gpu_models.sh WORK_DIR CARRY_DIR [models...]
+# onnxruntime, and pack what the GPU machine needs into a folder small enough to carry:
+#   bash bench/prepare_gpu_models.sh WORK_DIR CARRY_DIR [models...]      (a model may be NAME@bN)
+# A NAME@bN artifact is packed without weights.bin (it is NAME's, byte for byte: the GPU script
+# takes it from there and load() checks its sha256). References over 4 MB are left behind: the
+# GPU script computes its own with torch there.
 set -euo pipefail
 work="$1"; carry="$2"; shift 2
 models=("$@")
@@ -9,13 +12,26 @@ models=("$@")
 py="${PYTHON:-python}"
 mkdir -p "$work" "$carry"
 for m in "${models[@]}"; do
-  [ -f "$work/$m.onnx" ] || "$py" examples/make_models.py --out "$work" --weights portable --ref "$m"
-  if [ ! -f "$work/$m.tar" ] || [ "$work/$m.onnx" -nt "$work/$m.tar" ]; then
-    "$py" -m tlmpack.cli build "$work/$m.onnx" -t cuda,x86 -o "$work/$m.tar"
+  stem="${m/@b/_b}"
+  [ -f "$work/$stem.onnx" ] || { "$py" examples/make_models.py --out "$work" --weights portable --ref "$m";
+    for f in "$work/$m".*; do mv "$f" "$work/$stem${f#"$work/$m"}"; done; }
+  if [ ! -f "$work/$stem.tar" ] || [ "$work/$stem.onnx" -nt "$work/$stem.tar" ]; then
+    "$py" -m tlmpack.cli build "$work/$stem.onnx" -t cuda,x86 -o "$work/$stem.tar"
   fi
-  "$py" -m tlmpack.verify "$work/$m.tar" "$work/$m.onnx" --inputs "$work/$m.inputs.npz"
-  xz -T2 -1 -c "$work/$m.tar" > "$carry/$m.tar.xz"
-  cp "$work/$m.inputs.npz" "$work/$m.ref.npz" "$carry/"
-  ls -la "$carry/$m.tar.xz"
+  "$py" -m tlmpack.verify "$work/$stem.tar" "$work/$stem.onnx" --inputs "$work/$stem.inputs.npz"
+  if [ "$stem" != "$m" ]; then
+    "$py" - "$work/$stem.tar" "$work/$stem.noweights.tar" <<'PY'
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as src, tarfile.open(sys.argv[2], "w", format=tarfile.USTAR_FORMAT) as dst:
+    for member in src.getmembers():
+        if member.name != "weights.bin":
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+PY
+    xz -T2 -1 -c "$work/$stem.noweights.tar" > "$carry/$stem.noweights.tar.xz"
+  else
+    xz -T2 -1 -c "$work/$stem.tar" > "$carry/$stem.tar.xz"
+  fi
+  cp "$work/$stem.inputs.npz" "$carry/"
+  [ "$(stat -c %s "$work/$stem.ref.npz")" -gt 4000000 ] || cp "$work/$stem.ref.npz" "$carry/"
 done
 du -sh "$carry"

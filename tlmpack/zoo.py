@@ -220,10 +220,20 @@ def names(tiny: bool | None = None) -> list[str]:
 
 
 def spec(name: str) -> ModelSpec:
+    """The spec of ``name``; ``name@bN`` is the same model at batch N (same weights)."""
+    import dataclasses
+
+    base, _, batch = name.partition("@b")
     try:
-        return MODELS[name]
+        model = MODELS[base]
     except KeyError:
-        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(MODELS)}") from None
+        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(MODELS)} (optionally @bN)") from None
+    if not batch:
+        return model
+    if not batch.isdigit() or int(batch) < 1:
+        raise KeyError(f"{name!r}: the batch suffix must be @b<positive integer>")
+    inputs = tuple(dataclasses.replace(i, shape=(int(batch), *i.shape[1:])) for i in model.inputs)
+    return dataclasses.replace(model, name=name, inputs=inputs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -498,7 +508,7 @@ def get_model(name: str, seed: int = DEFAULT_SEED, weights: str = "dense"):
         _perturb_constant_tensors(model, seed)
     else:
         raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
-    _calibrate_batchnorm(model, name, seed)
+    _calibrate_batchnorm(model, name.partition("@b")[0], seed)  # the same weights at every batch
     for p in model.parameters():
         p.requires_grad_(False)
     return model, _example(name, seed), [i.name for i in s.inputs], list(s.outputs)
