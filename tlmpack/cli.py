@@ -92,8 +92,13 @@ def inspect(artifact: str, as_json: bool) -> None:
         for spec in manifest[kind]:
             click.echo(f"  {kind[:-1]:6} {spec['name']:24} {spec['dtype']:8} {tuple(spec['shape'])}")
     for t in manifest["targets"]:
-        detail = t.get("cpu") or ",".join(t.get("archs", []))
-        click.echo(f"  target {t['id']:6} {detail} features={','.join(t.get('cpu_features', []))}")
+        if t.get("kind") == "cuda":
+            ptx = f" + PTX {t['ptx_arch']}+" if t.get("ptx") else ""
+            need = t.get("min_driver_version", 0)
+            click.echo(f"  target {t['id']:6} SASS {','.join(t.get('archs', []))}{ptx}, driver >= "
+                       f"{need // 1000}.{need % 1000 // 10}, {t.get('launches', '?')} launches")
+        else:
+            click.echo(f"  target {t['id']:6} {t.get('cpu')} features={','.join(t.get('cpu_features', []))}")
     mem = manifest.get("memory", {})
     click.echo(f"  arena {mem.get('arena_bytes', 0) / 2**20:.2f} MiB (unplanned {mem.get('unplanned_bytes', 0) / 2**20:.2f} MiB), "
                f"weights {mem.get('weights_bytes', 0) / 2**20:.2f} MiB")
