@@ -139,7 +139,13 @@ def check_model(name: str, folders: list[Path], scratch: Path, runs: int, use_co
 
     row: dict = {"model": name}
     tar = artifact_dir(folders, name, scratch)
-    feed = dict(np.load(_find(folders, f"{_stem(name)}.inputs.npz")))
+    inputs_file = _find(folders, f"{_stem(name)}.inputs.npz")
+    if inputs_file:
+        feed = dict(np.load(inputs_file))
+    else:  # what examples/make_models.py saved: the zoo's numpy-seeded inputs, the same anywhere
+        from tlmpack import zoo
+
+        feed = zoo.random_inputs(name, 0)
     ref_file = _find(folders, f"{_stem(name)}.ref.npz")
     cpu_ref = dict(np.load(ref_file)) if ref_file else {}
 

@@ -207,3 +207,25 @@ def test_cli_run_reads_npy_inputs(build_zoo_model, tmp_path):
     assert result.returncode == 0, result.stderr
     bad = subprocess.run([*CLI, "run", str(tar), "--input", f"nope=@{tmp_path / 'x.npy'}"], capture_output=True, text=True)
     assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_average_pool_window_covering_the_input_becomes_global_pool(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    import tlmpack.runtime as rt
+    from tlmpack.emit.package import BuildOptions, build
+
+    node = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[1280, 1280],
+                            strides=[1280, 1280], ceil_mode=1, count_include_pad=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 1, 1])])
+    model = tmp_path / "pool.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    manifest = build(str(model), tmp_path / "pool.tar", BuildOptions())
+    names = [s["name"] for s in manifest["subgraphs"]]
+    assert not any("avg_pool2d" in n for n in names), names  # lowered as a mean, no 1280x1280 window
+    x = np.random.default_rng(0).standard_normal((2, 8, 7, 7)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    (out,) = rt.load(tmp_path / "pool.tar").run(None, {"x": x})
+    assert rel_err(out, ref) < TOLERANCE

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import InputShapeError, ModelLoadError, UnsupportedOperatorError
 from ..specs import SourceInfo, TensorSpec
 from . import ImportedModel, file_sha256
+from .onnx_rewrites import average_pool_covering_input_to_global
 from .relax_io import output_specs
 
 
@@ -73,6 +74,7 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
         raise ModelLoadError(f"{path}: the ONNX graph has no nodes")
     _check_operators(model.graph)
     inputs = _input_specs(model.graph, input_shapes)
+    average_pool_covering_input_to_global(model)
 
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
