@@ -113,7 +113,7 @@ def median_ms(fn, runs: int, sync=None) -> float:
     return statistics.median(times)
 
 
-def torch_reference(name: str, feed: dict, use_compile: bool):
+def torch_reference(name: str, feed: dict, use_compile: bool, bn_stats: dict | None = None):
     """The zoo model on the GPU: fp32 (TF32 off) output, fp64 output, and the fp32 module to time."""
     import torch
 
@@ -122,7 +122,7 @@ def torch_reference(name: str, feed: dict, use_compile: bool):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    module, _, input_names, _ = zoo.get_model(name, 0, "portable")
+    module, _, input_names, _ = zoo.get_model(name, 0, "portable", bn_stats)
     module = module.cuda().eval()
     args = [torch.from_numpy(feed[n]).cuda() for n in input_names]
     with torch.no_grad():
@@ -152,7 +152,9 @@ def check_model(name: str, folders: list[Path], scratch: Path, runs: int, use_co
     model = rt.load(tar, device="cuda")
     row["device"] = model.device_name
     (out,) = model.run(None, feed)
-    module, compiled, args, gpu_ref, ref64 = torch_reference(name, feed, use_compile)
+    stats_file = _find(folders, f"{_stem(name.partition('@b')[0])}.bnstats.npz")
+    bn_stats = dict(np.load(stats_file)) if stats_file else None  # the build machine's calibration
+    module, compiled, args, gpu_ref, ref64 = torch_reference(name, feed, use_compile, bn_stats)
     row["err_torch_gpu"] = rel_err(out, gpu_ref)
     row["err_torch_gpu_fp64"] = rel_err(out, ref64)
     row["torch_fp32_vs_fp64"] = rel_err(gpu_ref, ref64)

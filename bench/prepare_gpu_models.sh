@@ -34,5 +34,6 @@ PY
   # inputs are zoo.random_inputs(NAME, 0), numpy-seeded: large ones are remade on the GPU machine
   [ "$(stat -c %s "$work/$stem.inputs.npz")" -gt 4000000 ] || cp "$work/$stem.inputs.npz" "$carry/"
   [ "$(stat -c %s "$work/$stem.ref.npz")" -gt 4000000 ] || cp "$work/$stem.ref.npz" "$carry/"
+  [ ! -f "$work/$stem.bnstats.npz" ] || cp "$work/$stem.bnstats.npz" "$carry/"
 done
 du -sh "$carry"

@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         r["build_s"] = build_s
         feed = zoo.random_inputs(name, args.seed)
         np.savez(args.out / f"{name}.inputs.npz", **feed)
+        if stats := zoo.batchnorm_stats(model):  # lets another torch rebuild exactly this model
+            np.savez(args.out / f"{name}.bnstats.npz", **stats)
         msg = (
             f"{name:16s} build {build_s:5.1f}s  export {r['time_s']:6.1f}s  {fmt_bytes(r['size_bytes']):>10s}"
             + (f" + data {fmt_bytes(r['data_bytes'])}" if r["data_bytes"] else "")

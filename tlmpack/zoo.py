@@ -489,12 +489,22 @@ def random_inputs(name: str, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     return feed
 
 
-def get_model(name: str, seed: int = DEFAULT_SEED, weights: str = "dense"):
+def batchnorm_stats(model) -> dict[str, Any]:
+    """The BatchNorm running statistics by buffer name (what calibration computed)."""
+    import torch
+
+    return {f"{n}.{stat}": getattr(m, stat).numpy().copy()
+            for n, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+            for stat in ("running_mean", "running_var")}
+
+
+def get_model(name: str, seed: int = DEFAULT_SEED, weights: str = "dense", bn_stats: dict | None = None):
     """Build ``name`` with seeded random weights (``weights="portable"``: see _portable_weights).
 
     Returns ``(module, example_inputs, input_names, output_names)``; ``module`` is in eval mode and
     ``module(*example_inputs)`` returns a single tensor.
     """
+    import numpy as np
     import torch
 
     _offline()
@@ -508,7 +518,13 @@ def get_model(name: str, seed: int = DEFAULT_SEED, weights: str = "dense"):
         _perturb_constant_tensors(model, seed)
     else:
         raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
-    _calibrate_batchnorm(model, name.partition("@b")[0], seed)  # the same weights at every batch
+    if bn_stats is None:
+        _calibrate_batchnorm(model, name.partition("@b")[0], seed)  # the same weights at every batch
+    else:  # calibration runs torch's own kernels: another torch may round a statistic differently
+        for key, value in bn_stats.items():
+            module_name, _, stat = key.rpartition(".")
+            with torch.no_grad():
+                getattr(model.get_submodule(module_name), stat).copy_(torch.from_numpy(np.asarray(value)))
     for p in model.parameters():
         p.requires_grad_(False)
     return model, _example(name, seed), [i.name for i in s.inputs], list(s.outputs)
