@@ -10,7 +10,7 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
    tar is newer than the .onnx unless ``--rebuild``);
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
-4. both run the same input; rel err = max|tlmpack - ORT| / max|ORT|;
+4. both run the same input; rel err = ‖tlmpack − ORT‖ / ‖ORT‖;
 5. ``--warmup`` runs each, then ``--runs`` timed runs alternating which engine goes first, so
    drift (thermal, other load) hits both equally; the table shows medians.
 
@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tlmpack import zoo  # noqa: E402
+from tlmpack.verify import rel_err  # noqa: E402
 
 DEFAULT_MODELS = zoo.BENCH_DEFAULT
 
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     model = tlm_load(tar, device="cpu", num_threads=threads)
                     tlm_out = model.run(None, feed)[0]
-                    row["err"] = zoo.rel_err(tlm_out, ort_out)
+                    row["err"] = rel_err(tlm_out, ort_out)
                     if not np.all(np.isfinite(tlm_out)):
                         row["status"] = "non-finite output"
                     elif row["err"] > args.tol:
