@@ -229,3 +229,18 @@ def test_average_pool_window_covering_the_input_becomes_global_pool(tmp_path):
     (ref,) = onnxruntime_outputs(model, {"x": x})
     (out,) = rt.load(tmp_path / "pool.tar").run(None, {"x": x})
     assert rel_err(out, ref) < TOLERANCE
+
+
+def test_default_rules_tile_a_matmul_for_registers_and_keep_parallel_outer_loops():
+    from tlmpack.schedule.select import default_decisions
+    from tlmpack.schedule.space import SamplingSite
+
+    sites = [SamplingSite(0, "tile", extent=128, parts=4, max_innermost=64),
+             SamplingSite(1, "tile", extent=768, parts=4, max_innermost=64),
+             SamplingSite(2, "tile", extent=768, parts=2, max_innermost=64),
+             SamplingSite(3, "categorical", candidates=(0, 16, 64, 512))]
+    chosen = default_decisions(sites, vector_lanes=8)
+    assert chosen[0] == (32, 1, 4, 1)  # 4 register rows, the rest outermost (parallel)
+    assert chosen[1] == (48, 1, 2, 8)  # one vector of 8, twice
+    assert chosen[2] == (96, 8)
+    assert chosen[3] == 2  # unroll up to 64

@@ -1,7 +1,7 @@
 """Choosing one schedule per task with no search: the rules that exist today, in order of trust.
 
-Today: ``default``, simple fixed rules over the design space (parallel outer loops, a vector-wide
-innermost tile, moderate unrolling). Later schedulers (heuristics, the TLM) slot in here and only
+Today: ``default``, simple fixed rules over a whole sketch's sampling sites (parallel outer loops,
+a small register tile with a vector-wide innermost loop, moderate unrolling). Later schedulers (heuristics, the TLM) slot in here and only
 change the decisions; emit and the runtime read ScheduleRecords and never care who chose.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from ..graph import Graph
 from .records import ScheduleRecord
-from .space import Decider, DesignSpace, SamplingSite
+from .space import DesignSpace, SamplingSite
 
 
 def _largest_divisor_at_most(n: int, bound: int) -> int:
@@ -23,29 +23,52 @@ def _largest_divisor_at_most(n: int, bound: int) -> int:
     return 1
 
 
-def default_decider(vector_lanes: int = 8) -> Decider:
-    """Fixed rules: innermost tile two vectors wide, next tile a small register block, the rest
-    outermost (where the parallel postprocessor fuses and parallelises it); unroll up to 64."""
+def default_decisions(sites: list[SamplingSite], vector_lanes: int = 8) -> dict[int, Any]:
+    """Fixed rules that see a whole sketch: consecutive 4-way tiles are one block's spatial loops
+    (MetaSchedule's SSRSRS tiling), the 2-way tiles after them its reduction loops.
 
-    def decide(site: SamplingSite, sampled: Any) -> Any:
+    Spatial loops keep their whole extent outermost (fused and parallelised by the postprocessor)
+    except a register tile: the innermost spatial loop gets one vector (``vector_lanes``) times up
+    to 2, the one before it up to 4 rows. Reduction loops get an inner chunk of up to 8 (a whole
+    small loop, like a 3x3 kernel, stays inner). Categorical choices unroll up to 64; compute
+    locations stay the sketch's own. Sites it does not recognise keep the sketch's decision.
+    """
+    chosen: dict[int, Any] = {}
+    i = 0
+    while i < len(sites):
+        site = sites[i]
+        if site.kind == "tile" and site.parts == 4:
+            group = [site]
+            while i + len(group) < len(sites) and sites[i + len(group)].kind == "tile" and sites[i + len(group)].parts == 4:
+                group.append(sites[i + len(group)])
+            for position, s in enumerate(group):
+                bound = s.max_innermost if s.max_innermost > 0 else s.extent
+                if position == len(group) - 1:  # innermost spatial loop: vectors
+                    inner = _largest_divisor_at_most(s.extent, min(bound, vector_lanes))
+                    block = _largest_divisor_at_most(s.extent // inner, 2)
+                elif position == len(group) - 2:  # the loop before it: register rows
+                    inner, block = 1, _largest_divisor_at_most(s.extent, 4)
+                else:
+                    inner, block = 1, 1
+                chosen[s.index] = (s.extent // (inner * block), 1, block, inner)
+            i += len(group)
+            continue
         if site.kind == "tile":
             bound = site.max_innermost if site.max_innermost > 0 else site.extent
-            left = site.extent
-            inner = _largest_divisor_at_most(left, min(bound, 2 * vector_lanes))
-            left //= inner
-            factors = [inner]
-            if site.parts >= 3:
-                second = _largest_divisor_at_most(left, 4)
-                factors.insert(0, second)
-                left //= second
-            while len(factors) < site.parts - 1:
-                factors.insert(0, 1)
-            return (left, *factors)
-        if site.kind == "categorical":
-            return site.candidates.index(64) if 64 in site.candidates else len(site.candidates) // 2
-        return sampled  # compute location: the sketch's own legal value
+            inner = site.extent if site.extent <= min(bound, 7) else _largest_divisor_at_most(site.extent, min(bound, 8))
+            chosen[site.index] = (*([1] * (site.parts - 2)), site.extent // inner, inner)[-site.parts:] if site.parts >= 2 else (site.extent,)
+        elif site.kind == "categorical":
+            chosen[site.index] = site.candidates.index(64) if 64 in site.candidates else len(site.candidates) // 2
+        i += 1
+    return chosen
 
-    return decide
+
+def _replay_default(space: DesignSpace, sketch: int, vector_lanes: int):
+    try:
+        chosen = default_decisions(space.sites(sketch), vector_lanes)
+    except Exception:  # a sketch that does not even replay with its own decisions
+        return None
+    return space.replay(sketch, lambda site, sampled: chosen.get(site.index, sampled))
 
 
 def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "default", vector_lanes: int = 8,
@@ -61,7 +84,7 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "defau
         space = DesignSpace(func, target)
         chosen = None
         for sketch in range(len(space.sketches)):
-            result = space.replay(sketch, default_decider(vector_lanes))
+            result = _replay_default(space, sketch, vector_lanes)
             if result is not None:
                 chosen = (sketch, *result, "default")
                 break

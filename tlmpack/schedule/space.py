@@ -81,6 +81,22 @@ class DesignSpace:
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
 
+    def sites(self, sketch: int) -> list[SamplingSite]:
+        """The sampling sites of a sketch in trace order (replayed with its own decisions)."""
+        from tvm.s_tir import Schedule
+
+        sch = Schedule(self.mod)
+        found: list[SamplingSite] = []
+
+        def provider(inst, inputs, attrs, decision):
+            kind = _KIND_OF_INSTRUCTION.get(inst.kind.name)
+            if kind is not None:
+                found.append(_site(len(found), kind, sch, inputs, attrs))
+            return decision
+
+        self.sketches[sketch].trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        return found
+
     def replay(self, sketch: int, decide: Decider) -> tuple[Any, tuple[Decision, ...]] | None:
         """Replays sketch ``sketch`` asking ``decide`` for every sampling decision, then runs the
         postprocessors. Returns the scheduled PrimFunc and the decisions, or None if illegal."""
