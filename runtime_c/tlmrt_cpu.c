@@ -547,6 +547,21 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** 
   dlerror();
   sym = dlsym(m->dl_handle, TLMRT_PLAN_KERNEL_ERROR_SYMBOL);
   if (sym != NULL) memcpy(&m->kernel_error, &sym, sizeof(m->kernel_error));
+  /* The kernels may use vector instructions this CPU lacks: refuse before any of them runs
+   * (a SIGILL is not an error message). The check itself is plain x86-64 code in the plan. */
+  dlerror();
+  sym = dlsym(m->dl_handle, TLMRT_PLAN_MISSING_CPU_FEATURE_SYMBOL);
+  if (sym != NULL) {
+    tlmrt_plan_missing_cpu_feature_fn missing_feature;
+    memcpy(&missing_feature, &sym, sizeof(missing_feature));
+    const char* missing = missing_feature();
+    if (missing != NULL) {
+      s = tlmrt_errorf(err, err_cap, TLMRT_ERR_INCOMPATIBLE,
+                       MODEL_FILE ": the kernels need the CPU feature %s, which this CPU lacks; "
+                       "rebuild with --cpu naming this machine's CPU", missing);
+      goto fail;
+    }
+  }
 
   uint64_t total_args = 0;
   s = validate_plan(m->plan, &m->weights, &total_args, err, err_cap);

@@ -99,6 +99,11 @@ typedef int (*tlmrt_free_workspace_fn)(int device_type, int device_id, void* ptr
 typedef const char* (*tlmrt_plan_kernel_error_fn)(void);
 #define TLMRT_PLAN_KERNEL_ERROR_SYMBOL "tlmrt_plan_kernel_error"
 
+/* Optional: the first CPU feature the kernels were built for that this CPU lacks (a name like
+ * "avx512f"), or NULL when all are present. Compiled without target flags, so it runs anywhere. */
+typedef const char* (*tlmrt_plan_missing_cpu_feature_fn)(void);
+#define TLMRT_PLAN_MISSING_CPU_FEATURE_SYMBOL "tlmrt_plan_missing_cpu_feature"
+
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA plan: C data in cuda/plan.so (a host library holding no code but this table), beside

@@ -244,3 +244,32 @@ def test_default_rules_tile_a_matmul_for_registers_and_keep_parallel_outer_loops
     assert chosen[1] == (48, 1, 2, 8)  # one vector of 8, twice
     assert chosen[2] == (96, 8)
     assert chosen[3] == 2  # unroll up to 64
+
+
+def test_c_runtime_refuses_kernels_built_for_a_cpu_feature_this_cpu_lacks(tmp_path):
+    import tlmpack.runtime as rt
+    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.runtime.errors import IncompatibleTargetError
+    from tlmpack.runtime.preflight import read_cpu_features
+
+    if "avx512f" in read_cpu_features():
+        pytest.skip("this CPU has AVX-512: no feature to miss")
+    from tlmpack import zoo
+
+    onnx_path = tmp_path / "mlp.onnx"
+    zoo.export_onnx("mlp", onnx_path)
+    tar = tmp_path / "mlp512.tar"
+    build(str(onnx_path), tar, BuildOptions(cpu="skylake-avx512"))
+    with pytest.raises(IncompatibleTargetError, match="avx512f"):
+        rt.load(tar, device="cpu")  # the Python preflight
+    folder = tmp_path / "art"
+    with tarfile.open(tar) as t:
+        t.extractall(folder, filter="data")
+    root = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "run_model"
+    subprocess.run(["cc", "-std=c11", "-O2", f"-I{root / 'runtime_c'}", str(root / "examples" / "run_model.c"),
+                    *map(str, sorted((root / "runtime_c").glob("*.c"))), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
+                   check=True)
+    result = subprocess.run([str(exe), str(folder)], capture_output=True, text=True)  # the C runtime alone
+    assert result.returncode != 0 and result.returncode != -4  # an error, not SIGILL
+    assert "the kernels need the CPU feature avx512" in result.stderr

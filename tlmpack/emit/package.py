@@ -154,7 +154,8 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             say("building x86 kernels with LLVM")
             kernels_object = Path(tmp) / "kernels.o"
             build_kernels(funcs, target, kernels_object)
-            plan = render_plan(graph, imported.inputs, imported.outputs, imported.source.name, __version__)
+            plan = render_plan(graph, imported.inputs, imported.outputs, imported.source.name, __version__,
+                               target.features)
             _link_model_library(stage, plan, kernels_object)
             target_entries["x86"] = target.to_json() | {"files": ["x86/model.so"]}
             records_by_target["x86"] = {r.task: r for r in records}

@@ -35,8 +35,16 @@ def _environment():
     return env
 
 
+# /proc/cpuinfo flag names (the manifest's) → names gcc's __builtin_cpu_supports knows.
+_GCC_CPU_FEATURE = {
+    "sse4_1": "sse4.1", "sse4_2": "sse4.2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c",
+    "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512dq": "avx512dq", "avx512vl": "avx512vl",
+    "avx512cd": "avx512cd",
+}
+
+
 def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec], model_name: str,
-                version: str) -> str:
+                version: str, cpu_features: tuple[str, ...] = ()) -> str:
     """The plan for x86/model.so; input and output names are the model's public names."""
     tensors = []
     for t in graph.tensors:
@@ -50,6 +58,7 @@ def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec
     steps = [{"task": c.task, "symbol": f"__tvm_ffi_{c.task}", "args": list(c.args)} for c in graph.calls]
     return _environment().get_template("plan.c.j2").render(
         tlmpack_version=version,
+        cpu_features=[_GCC_CPU_FEATURE[f] for f in cpu_features if f in _GCC_CPU_FEATURE],
         model_name=c_string(model_name),
         kernels=[f"__tvm_ffi_{t.id}" for t in graph.tasks],
         tensors=tensors,
