@@ -240,8 +240,8 @@ def test_default_rules_tile_a_matmul_for_registers_and_keep_parallel_outer_loops
              SamplingSite(2, "tile", extent=768, parts=2, max_innermost=64),
              SamplingSite(3, "categorical", candidates=(0, 16, 64, 512))]
     chosen = default_decisions(sites, vector_lanes=8)
-    assert chosen[0] == (32, 1, 4, 1)  # 4 register rows, the rest outermost (parallel)
-    assert chosen[1] == (48, 1, 2, 8)  # one vector of 8, twice
+    assert chosen[0] == (8, 4, 1, 4)  # 4 register rows innermost, a block of 4 at level 1, the rest parallel
+    assert chosen[1] == (48, 1, 1, 16)  # two vectors of 8 innermost: 4 x 2 = 8 accumulators
     assert chosen[2] == (96, 8)
     assert chosen[3] == 2  # unroll up to 64
 

@@ -23,15 +23,29 @@ def _largest_divisor_at_most(n: int, bound: int) -> int:
     return 1
 
 
-def default_decisions(sites: list[SamplingSite], vector_lanes: int = 8) -> dict[int, Any]:
-    """Fixed rules that see a whole sketch: consecutive 4-way tiles are one block's spatial loops
-    (MetaSchedule's SSRSRS tiling), the 2-way tiles after them its reduction loops.
+def _vector_tile(extent: int, lanes: int) -> int:
+    """Innermost (vectorised) extent: two full vectors if they divide the loop, else one, else
+    the largest divisor that fits one vector (a 14-wide row gets 7)."""
+    for candidate in (2 * lanes, lanes):
+        if extent % candidate == 0:
+            return candidate
+    return _largest_divisor_at_most(extent, lanes)
 
-    Spatial loops keep their whole extent outermost (fused and parallelised by the postprocessor)
-    except a register tile: the innermost spatial loop gets one vector (``vector_lanes``) times up
-    to 2, the one before it up to 4 rows. Reduction loops get an inner chunk of up to 8 (a whole
-    small loop, like a 3x3 kernel, stays inner). Categorical choices unroll up to 64; compute
-    locations stay the sketch's own. Sites it does not recognise keep the sketch's decision.
+
+def default_decisions(sites: list[SamplingSite], vector_lanes: int = 8,
+                      rows_axis: int | None = None) -> dict[int, Any]:
+    """Fixed rules that see a whole sketch: consecutive 4-way tiles are one block's spatial loops
+    (MetaSchedule's SSRSRS tiling: levels 0 and 1 outside the reduction, 2 between its chunks,
+    3 innermost), the 2-way tiles after them its reduction loops.
+
+    The register tile sits at level 3, inside the inner reduction loop, and holds about 8
+    accumulators (4 FMA latency x 2 FMA units; AVX2 has 16 registers): the last spatial loop
+    gets one or two vectors, ``rows_axis`` (the loop the vector-loaded operand does not depend on,
+    so its operand is broadcast; default: the loop before the last) gets 8 / vectors rows. Level
+    0 keeps the rest of every loop (fused and parallelised by the postprocessor) but a small
+    level-1 block of rows. Reduction loops get an inner chunk of up to 8 (a whole small loop, like
+    a 3x3 window, stays inner); unroll up to 64 (0 is 3x slower); compute locations stay the
+    sketch's own. docs/x86-performance-notes.md has the measurements behind these numbers.
     """
     chosen: dict[int, Any] = {}
     i = 0
@@ -41,16 +55,21 @@ def default_decisions(sites: list[SamplingSite], vector_lanes: int = 8) -> dict[
             group = [site]
             while i + len(group) < len(sites) and sites[i + len(group)].kind == "tile" and sites[i + len(group)].parts == 4:
                 group.append(sites[i + len(group)])
+            last = len(group) - 1
+            rows_at = rows_axis if rows_axis is not None and 0 <= rows_axis < last else last - 1
+            vectors = 1
             for position, s in enumerate(group):
-                bound = s.max_innermost if s.max_innermost > 0 else s.extent
-                if position == len(group) - 1:  # innermost spatial loop: vectors
-                    inner = _largest_divisor_at_most(s.extent, min(bound, vector_lanes))
-                    block = _largest_divisor_at_most(s.extent // inner, 2)
-                elif position == len(group) - 2:  # the loop before it: register rows
-                    inner, block = 1, _largest_divisor_at_most(s.extent, 4)
-                else:
-                    inner, block = 1, 1
-                chosen[s.index] = (s.extent // (inner * block), 1, block, inner)
+                if position == last:
+                    inner = _vector_tile(s.extent, vector_lanes)
+                    vectors = -(-inner // vector_lanes)
+                    chosen[s.index] = (s.extent // inner, 1, 1, inner)
+            for position, s in enumerate(group):
+                if position == rows_at:
+                    rows = _largest_divisor_at_most(s.extent, max(1, 8 // vectors))
+                    block = _largest_divisor_at_most(s.extent // rows, 4)
+                    chosen[s.index] = (s.extent // (rows * block), block, 1, rows)
+                elif position != last:
+                    chosen[s.index] = (s.extent, 1, 1, 1)
             i += len(group)
             continue
         if site.kind == "tile":
@@ -63,9 +82,26 @@ def default_decisions(sites: list[SamplingSite], vector_lanes: int = 8) -> dict[
     return chosen
 
 
-def _replay_default(space: DesignSpace, sketch: int, vector_lanes: int):
+def rows_axis_of(func) -> int | None:
+    """For a matmul-like task: the spatial loop its vector-loaded operand (the one that depends
+    on the last spatial loop) ignores, the largest such; None when there is none."""
+    from .heuristics.classify import classify
+
+    task = classify(func)
+    if task.kind != "matmul" or len(task.spatial) < 2:
+        return None
+    last = len(task.spatial) - 1
+    for ignored in task.reuse.values():
+        if last not in ignored:  # this operand is loaded along the vector
+            candidates = [a for a in ignored if task.spatial[a] > 1]
+            if candidates:
+                return max(candidates, key=lambda a: task.spatial[a])
+    return None
+
+
+def _replay_default(space: DesignSpace, sketch: int, vector_lanes: int, rows_axis: int | None = None):
     try:
-        chosen = default_decisions(space.sites(sketch), vector_lanes)
+        chosen = default_decisions(space.sites(sketch), vector_lanes, rows_axis)
     except Exception:  # a sketch that does not even replay with its own decisions
         return None
     return space.replay(sketch, lambda site, sampled: chosen.get(site.index, sampled))
@@ -82,9 +118,10 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "defau
         func = graph.task_funcs[task.id]
         started = time.perf_counter()
         space = DesignSpace(func, target)
+        rows_axis = rows_axis_of(func)
         chosen = None
         for sketch in range(len(space.sketches)):
-            result = _replay_default(space, sketch, vector_lanes)
+            result = _replay_default(space, sketch, vector_lanes, rows_axis)
             if result is not None:
                 chosen = (sketch, *result, "default")
                 break
