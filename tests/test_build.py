@@ -116,11 +116,7 @@ def test_c_example_prints_the_same_outputs_as_python(build_zoo_model, tmp_path):
     folder = tmp_path / "art"
     with tarfile.open(tar) as t:
         t.extractall(folder, filter="data")
-    root = Path(__file__).resolve().parent.parent
-    exe = tmp_path / "run_model"
-    subprocess.run(["cc", "-std=c11", "-O2", f"-I{root / 'runtime_c'}", str(root / "examples" / "run_model.c"),
-                    *map(str, sorted((root / "runtime_c").glob("*.c"))), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
-                   check=True)
+    exe = _build_c_example(tmp_path)
     model = rt.load(folder)
     feed = random_feed(model.inputs, 3)
     inputs = []
@@ -136,6 +132,16 @@ def test_c_example_prints_the_same_outputs_as_python(build_zoo_model, tmp_path):
         got = np.fromfile(out_dir / f"out_{i}.bin", dtype=spec.dtype).reshape(spec.shape)
         np.testing.assert_array_equal(got, expected)
         assert spec.name in result.stdout
+
+
+def _build_c_example(folder: Path) -> Path:
+    """examples/run_model.c compiled with the runtime's sources in one line, as its README says."""
+    root = Path(__file__).resolve().parent.parent
+    exe = folder / "run_model"
+    subprocess.run(["cc", "-std=c11", "-O2", f"-I{root / 'runtime_c'}", str(root / "examples" / "run_model.c"),
+                    *map(str, sorted((root / "runtime_c").glob("*.c"))), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
+                   check=True)
+    return exe
 
 
 def _onnx_with_op(path: Path, op_type: str) -> None:
@@ -265,11 +271,7 @@ def test_c_runtime_refuses_kernels_built_for_a_cpu_feature_this_cpu_lacks(tmp_pa
     folder = tmp_path / "art"
     with tarfile.open(tar) as t:
         t.extractall(folder, filter="data")
-    root = Path(__file__).resolve().parent.parent
-    exe = tmp_path / "run_model"
-    subprocess.run(["cc", "-std=c11", "-O2", f"-I{root / 'runtime_c'}", str(root / "examples" / "run_model.c"),
-                    *map(str, sorted((root / "runtime_c").glob("*.c"))), "-o", str(exe), "-lpthread", "-ldl", "-lm"],
-                   check=True)
+    exe = _build_c_example(tmp_path)
     result = subprocess.run([str(exe), str(folder)], capture_output=True, text=True)  # the C runtime alone
     assert result.returncode != 0 and result.returncode != -4  # an error, not SIGILL
     assert "the kernels need the CPU feature avx512" in result.stderr

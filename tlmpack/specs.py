@@ -4,21 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output as the user sees it."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
-
-    @staticmethod
-    def from_json(d: dict) -> TensorSpec:
-        return TensorSpec(d["name"], d["dtype"], tuple(int(s) for s in d["shape"]))
+# One record for a model's inputs and outputs on both sides: the compiler writes what the runtime reads.
+from .runtime.model import TensorSpec  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
