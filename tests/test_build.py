@@ -275,3 +275,18 @@ def test_c_runtime_refuses_kernels_built_for_a_cpu_feature_this_cpu_lacks(tmp_pa
     result = subprocess.run([str(exe), str(folder)], capture_output=True, text=True)  # the C runtime alone
     assert result.returncode != 0 and result.returncode != -4  # an error, not SIGILL
     assert "the kernels need the CPU feature avx512" in result.stderr
+
+
+def test_fast_math_build_still_matches_onnxruntime(build_zoo_model, tmp_path):
+    import tlmpack.runtime as rt
+    from tlmpack import zoo
+    from tlmpack.emit.package import BuildOptions, build
+
+    onnx_path, _ = build_zoo_model("bert-tiny")  # GELU's erf and softmax's exp are approximated
+    tar = tmp_path / "fast.tar"
+    manifest = build(str(onnx_path), tar, BuildOptions(fast_math=True))
+    assert manifest["build_options"]["fast_math"] is True
+    feed = zoo.random_inputs("bert-tiny", 4)
+    (ref,) = onnxruntime_outputs(onnx_path, feed)
+    (out,) = rt.load(tar).run(None, feed)
+    assert rel_err(out, ref) < TOLERANCE

@@ -57,13 +57,16 @@ def main(debug: bool) -> None:
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D0xD1…",
               help="Pin an input's shape, e.g. x:1x3x224x224 (repeatable).")
 @click.option("--cpu", default=None, help="LLVM CPU name for x86 (default: this machine's).")
+@click.option("--fast-math", is_flag=True,
+              help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform); checked within 1e-4 "
+                   "on x86, not yet on CUDA.")
 @click.option("--scheduler", default="default", show_default=True, type=click.Choice(["default"]),
               help="Who picks the schedules.")
 @click.option("--cuda-arch", "cuda_archs", default=None, metavar="sm_XX[,sm_YY…]",
               help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
-          scheduler: str, cuda_archs: str | None) -> None:
+          scheduler: str, cuda_archs: str | None, fast_math: bool) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     from .emit.package import BuildOptions
     from .emit.package import build as build_artifact
@@ -71,7 +74,8 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
                            input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
-                           cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()))
+                           cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()),
+                           fast_math=fast_math)
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
 
 

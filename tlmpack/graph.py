@@ -86,14 +86,16 @@ def _aligned(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def fuse_to_tir(mod):
+def fuse_to_tir(mod, fast_math: bool = False):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
-    FuseOps, FuseTIR, then drops what became dead."""
+    FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
+    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86)."""
     import tvm
     from tvm import relax
 
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     passes = tvm.ir.transform.Sequential([
+        *([relax.transform.FastMathTransform()] if fast_math else []),  # rewrites Relax ops: first
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

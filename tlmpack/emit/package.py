@@ -31,10 +31,13 @@ class BuildOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     scheduler: str = "default"
     cuda_archs: tuple[str, ...] = ()  # e.g. ("sm_80", "sm_90"); empty: sm_90
+    fast_math: bool = False  # TVM's FastMathTransform: vectorisable erf/exp/tanh approximations
 
     def to_json(self) -> dict:
         out = {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+        if self.fast_math:
+            out["fast_math"] = True
         if "cuda" in self.targets:
             out["cuda_archs"] = list(self.cuda_archs)
         return out
@@ -132,7 +135,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     say(f"loading {model}")
     imported = load_model(model, options.input_shapes)
     say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
-    graph = partition(fuse_to_tir(imported.mod))
+    graph = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math))
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
 
