@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..graph import Graph
-from .records import ScheduleRecord
+from .records import Decision, ScheduleRecord
 from .space import DesignSpace, SamplingSite
 
 
@@ -105,6 +106,55 @@ def _replay_default(space: DesignSpace, sketch: int, vector_lanes: int, rows_axi
     except Exception:  # a sketch that does not even replay with its own decisions
         return None
     return space.replay(sketch, lambda site, sampled: chosen.get(site.index, sampled))
+
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """What the heuristics chose for one task: the sketch, the scheduled PrimFunc, the decisions
+    in trace order, the rule's name, and how long choosing took (classify + rule, no TVM replay)."""
+
+    sketch: int
+    func: Any
+    decisions: tuple[Decision, ...]
+    rule: str
+    choose_ms: float
+    total_ms: float
+
+
+def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
+                        disabled: frozenset[str] | None = None) -> RuleChoice | None:
+    """The first eligible rule (trust order) whose decisions replay legally on one of its sketches;
+    None when no rule fits (the caller falls back to its safe default)."""
+    from .heuristics.classify import classify
+    from .heuristics.registry import rules_for
+
+    started = time.perf_counter()
+    task = classify(func)
+    choose = time.perf_counter() - started
+    space = None
+    for rule in rules_for(target_kind, disabled):
+        if not rule.is_eligible(task, hardware):
+            continue
+        if space is None:
+            space = DesignSpace(func, tvm_target)
+        for sketch in rule.sketch_order(len(space.sketches), task):
+            if not 0 <= sketch < len(space.sketches):
+                continue
+            sites = space.sites(sketch)
+            t0 = time.perf_counter()
+            try:
+                chosen = rule.decisions(task, sites, hardware)
+            except Exception:  # a rule bug must not break the build: the next rule or the default
+                chosen = None
+            choose += time.perf_counter() - t0
+            if chosen is None:
+                continue
+            result = space.replay(sketch, lambda site, sampled, chosen=chosen: chosen.get(site.index, sampled))
+            if result is not None:
+                scheduled, decisions = result
+                return RuleChoice(sketch, scheduled, decisions, rule.name, choose * 1e3,
+                                  (time.perf_counter() - started) * 1e3)
+    return None
 
 
 def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "default", vector_lanes: int = 8,
