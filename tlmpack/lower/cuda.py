@@ -148,11 +148,15 @@ def _dlight_rules():
     return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
-def schedule_tasks(graph, target: CudaTarget,
-                   progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[ScheduleRecord]]:
-    """Schedules every task with the first dlight rule that applies; the record notes which one."""
+def schedule_tasks(graph, target: CudaTarget, progress: Callable[[str], None] | None = None,
+                   scheduler: str = "dlight") -> tuple[dict[str, Any], list[ScheduleRecord]]:
+    """Schedules every task; the record notes who chose. ``scheduler="heuristic"``: the cuda
+    heuristics rules first (schedule/heuristics), dlight for tasks no rule fits; ``"dlight"``:
+    the first dlight rule that applies."""
     from tvm import s_tir
 
+    from ..schedule.hardware import cuda_hardware
+    from ..schedule.select import schedule_with_rules
     from ..schedule.space import import_tensor_intrinsics
 
     import_tensor_intrinsics(())  # dlight's Matmul may import the CUDA intrinsics: not the whole package
@@ -161,8 +165,18 @@ def schedule_tasks(graph, target: CudaTarget,
     funcs: dict[str, Any] = {}
     records: list[ScheduleRecord] = []
     started = time.perf_counter()
+    hardware = cuda_hardware(target.ptx_arch) if scheduler == "heuristic" else None
+    timings: list[tuple[float, float]] = []
     for task in graph.tasks:
         func = graph.task_funcs[task.id]
+        if hardware is not None:
+            choice = schedule_with_rules(func, tvm_target, "cuda", hardware)
+            if choice is not None:
+                funcs[task.id] = choice.func.with_attr("tirx.is_scheduled", True)
+                records.append(ScheduleRecord(task.id, "cuda", choice.sketch, choice.decisions, "heuristic",
+                                              choice.rule))
+                timings.append((choice.choose_ms, choice.total_ms))
+                continue
         scheduled, rule_name, failures = None, "", []
         for rule in rules:
             try:
@@ -187,8 +201,12 @@ def schedule_tasks(graph, target: CudaTarget,
         counts: dict[str, int] = {}
         for r in records:
             counts[r.note] = counts.get(r.note, 0) + 1
-        progress(f"dlight scheduled {len(records)} tasks in {time.perf_counter() - started:.1f} s ("
+        progress(f"{scheduler} scheduled {len(records)} tasks in {time.perf_counter() - started:.1f} s ("
                  + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
+        if timings:
+            choose, total = [t[0] for t in timings], [t[1] for t in timings]
+            progress(f"heuristic choose ms per task: mean {sum(choose) / len(choose):.2f}, max {max(choose):.2f}; "
+                     f"with design space + replay: mean {sum(total) / len(total):.0f}, max {max(total):.0f}")
     return funcs, records
 
 

@@ -74,10 +74,15 @@ class DesignSpace:
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
-        import_tensor_intrinsics(("x86",) if target.kind.name == "llvm" else ("cuda",))
         self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
         self.target = target
-        self.context = ms.TuneContext(mod=self.mod, target=target, space_generator="post-order-apply",
+        if target.kind.name == "cuda":
+            import_tensor_intrinsics(())  # no tensor cores: see cuda_space_rules
+            generator = _cuda_space_generator(target)
+        else:
+            import_tensor_intrinsics(("x86",))
+            generator = "post-order-apply"
+        self.context = ms.TuneContext(mod=self.mod, target=target, space_generator=generator,
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
 
@@ -123,6 +128,16 @@ class DesignSpace:
         except Exception:  # TVM raises ScheduleError / TVMError for points that do not schedule
             return None
         return sch.mod["main"], tuple(decisions)
+
+
+def _cuda_space_generator(target):
+    """MetaSchedule's default CUDA rules minus tensor cores, grid caps sized to the target's GPU."""
+    from .cuda_space_rules import space_generator
+    from .hardware import CUDA_ARCHS
+
+    arch = str(target.attrs.get("arch", "")) if hasattr(target, "attrs") else ""
+    hardware = CUDA_ARCHS.get(arch)
+    return space_generator(hardware.sm_count if hardware else None)
 
 
 def _plain(decision) -> Any:
