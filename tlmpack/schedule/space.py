@@ -7,8 +7,11 @@ scheduled PrimFunc handed to lower/.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import math
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -27,7 +30,8 @@ class SamplingSite:
     extent: int = 0  # tile: the loop extent being split
     parts: int = 0  # tile: number of factors
     max_innermost: int = 0  # tile: bound on the innermost factor
-    candidates: tuple[int, ...] = ()  # categorical: the values it picks among
+    candidates: tuple[int, ...] = ()  # categorical: the values it picks among; compute_location:
+    # the legal locations (-2 inline, -1 root, else a loop index), when listed with locations=True
 
 
 # A decider gets the site and the sketch's own (randomly sampled, legal) decision and returns a value.
@@ -57,14 +61,47 @@ def import_tensor_intrinsics(kinds: tuple[str, ...] = ("x86",)) -> None:
 def legal_tile_factorizations(extent: int, parts: int, max_innermost: int) -> list[tuple[int, ...]]:
     """Every ordered ``parts``-way factorisation of ``extent`` whose innermost factor is at most
     ``max_innermost`` (max_innermost <= 0 means unbounded)."""
+    return list(_factorizations(extent, parts, max_innermost))
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+@functools.lru_cache(maxsize=4096)
+def _factorizations(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
     if parts == 1:
-        return [(extent,)] if max_innermost <= 0 or extent <= max_innermost else []
-    result = []
-    for first in range(1, extent + 1):
-        if extent % first == 0:
-            for rest in legal_tile_factorizations(extent // first, parts - 1, max_innermost):
-                result.append((first, *rest))
-    return result
+        return ((extent,),) if max_innermost <= 0 or extent <= max_innermost else ()
+    return tuple((first, *rest) for first in _divisors(extent)
+                 for rest in _factorizations(extent // first, parts - 1, max_innermost))
+
+
+def legal_next_factors(site: SamplingSite, prefix: tuple[int, ...]) -> list[int]:
+    """The factors that may follow ``prefix`` in a tile decision and still complete to a legal
+    factorisation (what a token-by-token generator may emit next)."""
+    left = site.extent
+    for f in prefix:
+        left //= f
+    remaining = site.parts - len(prefix)
+    if remaining <= 0:
+        return []
+    if remaining == 1:
+        return [left] if site.max_innermost <= 0 or left <= site.max_innermost else []
+    return [d for d in _divisors(left) if _factorizations(left // d, remaining - 1, site.max_innermost)]
+
+
+def legal_values(site: SamplingSite) -> list:
+    """Every legal value of a site: tile factorisations, categorical indices, compute locations
+    (the latter only when the site was listed with ``locations=True``)."""
+    if site.kind == "tile":
+        return legal_tile_factorizations(site.extent, site.parts, site.max_innermost)
+    if site.kind == "categorical":
+        return list(range(len(site.candidates)))
+    if not site.candidates:
+        raise ValueError("compute-location site listed without its locations (use locations=True)")
+    return list(site.candidates)
 
 
 class DesignSpace:
@@ -86,8 +123,9 @@ class DesignSpace:
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
 
-    def sites(self, sketch: int) -> list[SamplingSite]:
-        """The sampling sites of a sketch in trace order (replayed with its own decisions)."""
+    def sites(self, sketch: int, locations: bool = False) -> list[SamplingSite]:
+        """The sampling sites of a sketch in trace order (replayed with its own decisions).
+        ``locations``: also list each compute-location site's legal values (about 10 ms a site)."""
         from tvm.s_tir import Schedule
 
         sch = Schedule(self.mod)
@@ -96,15 +134,17 @@ class DesignSpace:
         def provider(inst, inputs, attrs, decision):
             kind = _KIND_OF_INSTRUCTION.get(inst.kind.name)
             if kind is not None:
-                found.append(_site(len(found), kind, sch, inputs, attrs))
+                found.append(_site(len(found), kind, sch, inputs, attrs, locations))
             return decision
 
         self.sketches[sketch].trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
         return found
 
-    def replay(self, sketch: int, decide: Decider) -> tuple[Any, tuple[Decision, ...]] | None:
+    def replay(self, sketch: int, decide: Decider, locations: bool = False
+               ) -> tuple[Any, tuple[Decision, ...]] | None:
         """Replays sketch ``sketch`` asking ``decide`` for every sampling decision, then runs the
-        postprocessors. Returns the scheduled PrimFunc and the decisions, or None if illegal."""
+        postprocessors. Returns the scheduled PrimFunc and the decisions, or None if illegal.
+        ``locations``: give ``decide`` the legal compute locations and refuse any other."""
         from tvm.s_tir import Schedule
 
         sch = Schedule(self.mod)
@@ -114,7 +154,7 @@ class DesignSpace:
             kind = _KIND_OF_INSTRUCTION.get(inst.kind.name)
             if kind is None:
                 return decision
-            site = _site(len(decisions), kind, sch, inputs, attrs)
+            site = _site(len(decisions), kind, sch, inputs, attrs, locations)
             value = decide(site, _plain(decision))
             _validate(site, value)
             decisions.append(Decision(kind, tuple(int(v) for v in value) if kind == "tile" else int(value)))
@@ -149,13 +189,28 @@ def _plain(decision) -> Any:
         return int(decision)
 
 
-def _site(index: int, kind: str, sch, inputs, attrs) -> SamplingSite:
+def _site(index: int, kind: str, sch, inputs, attrs, locations: bool = False) -> SamplingSite:
     if kind == "tile":
         extent = int(sch.get(inputs[0]).extent)
         return SamplingSite(index, kind, extent=extent, parts=int(attrs[0]), max_innermost=int(attrs[1]))
     if kind == "categorical":
         return SamplingSite(index, kind, candidates=tuple(int(c) for c in attrs[0]))
-    return SamplingSite(index, kind)
+    return SamplingSite(index, kind, candidates=_legal_locations(sch, inputs[0]) if locations else ())
+
+
+def _legal_locations(sch, block) -> tuple[int, ...]:
+    """The compute locations TVM accepts for ``block`` in the schedule's current state. TVM 0.27
+    does not expose CollectComputeLocation to Python, and SampleComputeLocation snaps an illegal
+    decision to the nearest legal one below it; so try every value on a copy of the schedule and
+    keep those that come back unchanged."""
+    upper = len(re.findall(r"^\s*for ", sch.mod["main"].script(), re.M))  # loops in the function
+    legal = []
+    for value in range(-2, upper):
+        trial = sch.copy()
+        trial.sample_compute_location(block, decision=value)
+        if int(trial.trace.decisions[trial.trace.insts[-1]]) == value:
+            legal.append(value)
+    return tuple(legal)
 
 
 def _validate(site: SamplingSite, value) -> None:
@@ -171,5 +226,5 @@ def _validate(site: SamplingSite, value) -> None:
     elif site.kind == "categorical":
         if not 0 <= int(value) < len(site.candidates):
             raise ValueError(f"categorical index {value} out of range")
-    elif int(value) < -2:
-        raise ValueError(f"compute location {value} out of range")
+    elif int(value) < -2 or (site.candidates and int(value) not in site.candidates):
+        raise ValueError(f"compute location {value} is not one of {site.candidates}")
