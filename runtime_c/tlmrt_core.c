@@ -76,14 +76,15 @@ int tlmrt_is_sha256_hex(const char* s) {
 
 /* ---- weights ---------------------------------------------------------------------------------- */
 
-tlmrt_status tlmrt_load_weights(const char* dir, tlmrt_weights* out, char* err, size_t err_cap) {
+tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights* out, char* err, size_t err_cap) {
   memset(out, 0, sizeof(*out));
-  char* path = tlmrt_join_path(dir, TLMRT_WEIGHTS_FILE);
+  out->file = file;
+  char* path = tlmrt_join_path(dir, file);
   if (path == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   int fd = open(path, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
-    tlmrt_status s = tlmrt_errorf(err, err_cap, TLMRT_ERR_IO, "%s: cannot open (%s); expected the artifact's "
-                                  TLMRT_WEIGHTS_FILE, path, strerror(errno));
+    tlmrt_status s = tlmrt_errorf(err, err_cap, TLMRT_ERR_IO, "%s: cannot open (%s); expected the artifact's %s",
+                                  path, strerror(errno), file);
     free(path);
     return s;
   }
@@ -98,7 +99,7 @@ tlmrt_status tlmrt_load_weights(const char* dir, tlmrt_weights* out, char* err, 
   buf = (uint8_t*)tlmrt_alloc_aligned(size);
   if (buf == NULL) {
     status = tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %" PRIu64 " bytes for " TLMRT_WEIGHTS_FILE, size);
+                          "cannot allocate %" PRIu64 " bytes for %s", size, file);
     goto done;
   }
   memset(buf + size, 0, (size_t)(size == 0 ? TLMRT_ALIGNMENT : round_up_64(size) - size));
@@ -141,15 +142,15 @@ tlmrt_status tlmrt_check_weights(const char* what, uint64_t plan_bytes, const ch
   }
   if (plan_bytes != w->size) {
     return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
-                        TLMRT_WEIGHTS_FILE ": expected %" PRIu64 " bytes (the %s's weights_bytes), found %" PRIu64
+                        "%s: expected %" PRIu64 " bytes (the %s's weights_bytes), found %" PRIu64
                         "; the artifact is corrupted or mixed up",
-                        plan_bytes, what, w->size);
+                        w->file, plan_bytes, what, w->size);
   }
   if (memcmp(plan_sha256, w->sha256, 64) != 0) {
     return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
-                        TLMRT_WEIGHTS_FILE ": sha256 mismatch (expected %.64s from the %s, found %.64s); "
+                        "%s: sha256 mismatch (expected %.64s from the %s, found %.64s); "
                         "the artifact is corrupted",
-                        plan_sha256, what, w->sha256);
+                        w->file, plan_sha256, what, w->sha256);
   }
   return TLMRT_OK;
 }

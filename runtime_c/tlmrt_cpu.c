@@ -512,7 +512,8 @@ static void cpu_close(void* state) {
 }
 
 /* Open, in this order, so that no code from the artifact runs before it is checked:
- *   1. read weights.bin into a 64-byte-aligned buffer, hashing it on the way;
+ *   1. read the plan's weights (x86/weights.bin when the artifact has it: the x86 kernels' own,
+ *      pre-packed copy; else the shared weights.bin) into a 64-byte-aligned buffer, hashing it;
  *   2. if opts.verify_files, check SHA256SUMS (weights.bin's digest comes from step 1, so the bytes
  *      checked are the bytes used);
  *   3. dlopen x86/model.so (RTLD_NOW | RTLD_LOCAL), get the plan, validate all of it, and compare
@@ -524,11 +525,19 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** 
   *out_state = NULL;
   cpu_model* m = (cpu_model*)calloc(1, sizeof(cpu_model));
   if (m == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
-  tlmrt_status s = tlmrt_load_weights(dir, &m->weights, err, err_cap);
+  const char* weights_file = TLMRT_WEIGHTS_FILE;
+  char* own = tlmrt_join_path(dir, TLMRT_X86_WEIGHTS_FILE);
+  if (own == NULL) {
+    free(m);
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  if (access(own, F_OK) == 0) weights_file = TLMRT_X86_WEIGHTS_FILE;
+  free(own);
+  tlmrt_status s = tlmrt_load_weights(dir, weights_file, &m->weights, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   if (opts->verify_files) {
-    const char* must[] = {MODEL_FILE, TLMRT_WEIGHTS_FILE};
-    const char* known_names[] = {TLMRT_WEIGHTS_FILE};
+    const char* must[] = {MODEL_FILE, weights_file};
+    const char* known_names[] = {weights_file};
     const char* known_hex[] = {m->weights.sha256};
     s = tlmrt_verify_sha256sums(dir, must, 2, known_names, known_hex, 1, err, err_cap);
     if (s != TLMRT_OK) goto fail;

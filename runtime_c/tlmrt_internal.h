@@ -109,6 +109,8 @@ tlmrt_status tlmrt_sha256sums_expect(const char* dir, const char* name, const ch
 /* ---- shared by the backends (tlmrt_core.c) --------------------------------------------------- */
 
 #define TLMRT_WEIGHTS_FILE "weights.bin"
+/* The x86 plan's own weights when they differ from the CUDA plan's (pre-packed for its kernels). */
+#define TLMRT_X86_WEIGHTS_FILE "x86/weights.bin"
 #define TLMRT_MAX_PLAN_ENTRIES (1 << 24) /* tensors, steps, launches, arguments: sanity bound */
 
 /* dir + "/" + rel, malloc'ed (NULL when out of memory). */
@@ -123,9 +125,11 @@ typedef struct {
   uint8_t* data;
   uint64_t size;
   char sha256[65];
+  const char* file;  /* the artifact-relative name it was read from (a string literal) */
 } tlmrt_weights;
 
-tlmrt_status tlmrt_load_weights(const char* dir, tlmrt_weights* out, char* err, size_t err_cap);
+/* Reads `file` (TLMRT_WEIGHTS_FILE or TLMRT_X86_WEIGHTS_FILE) from the artifact directory. */
+tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights* out, char* err, size_t err_cap);
 /* The plan's weights_bytes and weights_sha256 against the file's. `what` names the plan ("plan"). */
 tlmrt_status tlmrt_check_weights(const char* what, uint64_t plan_bytes, const char* plan_sha256,
                                  const tlmrt_weights* w, char* err, size_t err_cap);

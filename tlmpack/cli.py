@@ -60,8 +60,11 @@ def main(debug: bool) -> None:
 @click.option("--fast-math", is_flag=True,
               help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform); checked within 1e-4 "
                    "on x86, not yet on CUDA.")
-@click.option("--scheduler", default="default", show_default=True, type=click.Choice(["default"]),
-              help="Who picks the schedules.")
+@click.option("--scheduler", default="heuristic", show_default=True,
+              type=click.Choice(["heuristic", "baseline", "dlight"]),
+              help="Who picks the schedules: heuristic (compile-time rules from the hardware description, "
+                   "pre-packed x86 weights) or baseline/dlight (the first release's fixed x86 rules and TVM "
+                   "dlight on CUDA).")
 @click.option("--cuda-arch", "cuda_archs", default=None, metavar="sm_XX[,sm_YY…]",
               help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
 @friendly_errors

@@ -19,7 +19,10 @@ from .plan_c import render_plan
 from .tarball import write_reproducible_tar
 
 SUPPORTED_TARGETS = ("x86", "cuda")
-TARGET_ORDER = ("cuda", "x86")  # the manifest lists targets in this order (the runtime's preference)
+TARGET_ORDER = ("cuda", "x86")
+# heuristic: the rules registry (schedule/heuristics); baseline: the first release's schedulers
+# (fixed x86 rules, TVM dlight on CUDA); dlight: the same as baseline, by the name CUDA users know.
+SCHEDULERS = ("heuristic", "baseline", "dlight")  # the manifest lists targets in this order (the runtime's preference)
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class BuildOptions:
     targets: tuple[str, ...] = ("x86",)
     cpu: str | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    scheduler: str = "default"
+    scheduler: str = "heuristic"  # heuristic | baseline (fixed x86 rules, dlight on CUDA)
     cuda_archs: tuple[str, ...] = ()  # e.g. ("sm_80", "sm_90"); empty: sm_90
     fast_math: bool = False  # TVM's FastMathTransform: vectorisable erf/exp/tanh approximations
 
@@ -73,14 +76,16 @@ def _link_cuda_plan(stage: Path, plan_c: str) -> None:
     _run(cmd, build, "linking cuda/plan.so")
 
 
-def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None]) -> tuple[dict, list]:
+def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
+                scheduler: str = "heuristic") -> tuple[dict, list]:
     """Schedules (dlight), generates and compiles the CUDA kernels, renders and links the plan.
     Returns the manifest's target entry and the schedule records."""
     from ..lower.cuda import build_kernels, schedule_tasks
     from .cuda_plan import render_cuda_plan
 
-    say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with dlight")
-    funcs, records = schedule_tasks(graph, cuda, say)
+    cuda_scheduler = "heuristic" if scheduler == "heuristic" else "dlight"
+    say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with {cuda_scheduler}")
+    funcs, records = schedule_tasks(graph, cuda, say, scheduler=cuda_scheduler)
     nvcc_dir = stage.parent / "nvcc"
     kernels = build_kernels(funcs, cuda, nvcc_dir, say)
     (stage / "cuda").mkdir()
@@ -95,6 +100,21 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None]) 
     entry = cuda.to_json() | {"files": files, "launches": plan.num_launches, "arena_bytes": plan.arena_bytes,
                               "workspace_bytes": plan.workspace_bytes}
     return entry, records
+
+
+def _choose_summary(scheduled) -> str:
+    """One line: who chose, and what choosing cost (classify + rule, without TVM's replay)."""
+    counts: dict[str, int] = {}
+    for r in scheduled.records:
+        counts[r.chosen_by] = counts.get(r.chosen_by, 0) + 1
+    choose = list(scheduled.choose_ms.values())
+    total = list(scheduled.total_ms.values())
+    line = "x86 schedules: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    if choose:
+        line += f"; choosing {sum(choose) / len(choose):.1f} ms mean, {max(choose):.1f} ms max per task"
+    if total:
+        line += f" (with design space + replay {sum(total) / len(total):.0f} ms mean, {max(total):.0f} ms max)"
+    return line
 
 
 def _add_runtime(stage: Path) -> None:
@@ -113,6 +133,8 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     """Builds ``model`` into the artifact ``out``; returns the manifest."""
     from ..lower.cuda import cuda_target
 
+    if options.scheduler not in SCHEDULERS:
+        raise LoweringError(f"unknown scheduler {options.scheduler!r}; expected one of {list(SCHEDULERS)}")
     unknown = set(options.targets) - set(SUPPORTED_TARGETS)
     if unknown:
         raise LoweringError(f"unknown target(s) {sorted(unknown)}; this build supports {list(SUPPORTED_TARGETS)}")
@@ -129,8 +151,11 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
 
     from ..frontend import load_model
     from ..graph import fuse_to_tir, partition
+    from ..lower.prepack import Packer
     from ..lower.x86 import build_kernels, x86_target
+    from ..schedule.hardware import detect_x86
     from ..schedule.select import schedule_tasks
+    from .x86_weights import pack_graph
 
     say(f"loading {model}")
     imported = load_model(model, options.input_shapes)
@@ -145,24 +170,38 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
         target_entries: dict[str, dict] = {}
         records_by_target: dict[str, dict] = {}
         if cuda is not None:
-            entry, records = _build_cuda(stage, graph, imported, cuda, say)
+            entry, records = _build_cuda(stage, graph, imported, cuda, say, options.scheduler)
             target_entries["cuda"] = entry
             records_by_target["cuda"] = {r.task: r for r in records}
+        x86_weights = graph.weights
         if "x86" in options.targets:
             target = x86_target(options.cpu)
+            hardware = detect_x86(target.features, target.num_cores)
             say(f"scheduling {len(graph.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
-            lanes = 16 if "avx512f" in target.features else 8
-            funcs, records = schedule_tasks(graph, target.tvm_target(), "x86", options.scheduler, lanes, say)
+            scheduled = schedule_tasks(graph, target.tvm_target(), "x86", options.scheduler,
+                                       hardware.lanes(32), say, hardware)
+            x86_graph = graph
+            if scheduled.splits:
+                say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
+                x86_graph = pack_graph(graph, scheduled.splits, Packer().pack)
             (stage / "x86").mkdir()
             say("building x86 kernels with LLVM")
             kernels_object = Path(tmp) / "kernels.o"
-            build_kernels(funcs, target, kernels_object)
-            plan = render_plan(graph, imported.inputs, imported.outputs, imported.source.name, __version__,
+            build_kernels(scheduled.funcs, target, kernels_object)
+            plan = render_plan(x86_graph, imported.inputs, imported.outputs, imported.source.name, __version__,
                                target.features)
             _link_model_library(stage, plan, kernels_object)
-            target_entries["x86"] = target.to_json() | {"files": ["x86/model.so"]}
-            records_by_target["x86"] = {r.task: r for r in records}
-        (stage / "weights.bin").write_bytes(graph.weights)
+            x86_weights = x86_graph.weights
+            files = ["x86/model.so"]
+            if cuda is not None and x86_weights != graph.weights:
+                (stage / "x86" / "weights.bin").write_bytes(x86_weights)  # the runtime's x86 backend prefers it
+                files.append("x86/weights.bin")
+            target_entries["x86"] = target.to_json() | {"hardware": hardware.to_json(), "files": files,
+                                                        "weights_bytes": len(x86_weights)}
+            records_by_target["x86"] = {r.task: r for r in scheduled.records}
+            say(_choose_summary(scheduled))
+        # weights.bin: the CUDA plan's constants; in an x86-only build, the x86 plan's (maybe packed)
+        (stage / "weights.bin").write_bytes(graph.weights if cuda is not None else x86_weights)
         _add_runtime(stage)
         order = [t for t in TARGET_ORDER if t in target_entries]
         manifest = {

@@ -108,6 +108,22 @@ def _replay_default(space: DesignSpace, sketch: int, vector_lanes: int, rows_axi
     return space.replay(sketch, lambda site, sampled: chosen.get(site.index, sampled))
 
 
+def fixed_schedule(func, tvm_target, vector_lanes: int) -> tuple[int, Any, tuple[Decision, ...], str] | None:
+    """The first release's fixed rules (the 'baseline' scheduler and the heuristics' safe default),
+    else the first sketch that replays with its own sampled decisions."""
+    space = DesignSpace(func, tvm_target)
+    rows_axis = rows_axis_of(func)
+    for sketch in range(len(space.sketches)):
+        result = _replay_default(space, sketch, vector_lanes, rows_axis)
+        if result is not None:
+            return (sketch, *result, "default")
+    for sketch in range(len(space.sketches)):
+        result = space.replay(sketch, lambda site, sampled: sampled)
+        if result is not None:
+            return (sketch, *result, "sampled")
+    return None
+
+
 @dataclass(frozen=True)
 class RuleChoice:
     """What the heuristics chose for one task: the sketch, the scheduled PrimFunc, the decisions
@@ -157,38 +173,89 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
     return None
 
 
-def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "default", vector_lanes: int = 8,
-                   progress: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[ScheduleRecord]]:
-    """Schedules every task; returns the scheduled PrimFuncs by task id and the records."""
+SCHEDULERS = ("heuristic", "baseline", "dlight")  # x86: heuristic = the rules registry, else fixed rules
+
+
+@dataclass
+class ScheduledTasks:
+    """The x86 schedules: kernels by task id, manifest records, the tasks whose constant operand
+    is pre-packed (lower/prepack.py), and how long choosing took per task."""
+
+    funcs: dict[str, Any]
+    records: list[ScheduleRecord]
+    splits: dict[str, Any]
+    choose_ms: dict[str, float]
+    total_ms: dict[str, float]
+
+
+def _arg_types(graph: Graph, task_id: str) -> tuple[list[tuple[tuple[int, ...], str]], int]:
+    call = next(c for c in graph.calls if c.task == task_id)
+    return [(graph.tensors[a].shape, graph.tensors[a].dtype) for a in call.args], call.num_outputs
+
+
+def _heuristic_x86(graph: Graph, task_id: str, func, tvm_target, hardware, prepack: bool):
+    """Rules first (weights marked layout-free so RewriteLayout packs them); None when no rule fits."""
+    from ..lower.prepack import split_prepack, weight_operand_params
+    from .heuristics.classify import classify
+
+    packed_params: list[int] = []
+    if prepack:
+        task_class = classify(func)
+        if task_class.kind == "matmul":
+            packed_params = weight_operand_params(graph, task_id, func, tuple(task_class.reuse))[:1]
+    marked = func.with_attr("layout_free_buffers", packed_params) if packed_params else func
+    choice = schedule_with_rules(marked, tvm_target, "x86", hardware)
+    if choice is None:
+        return None, None
+    split = None
+    if packed_params:
+        types, num_outputs = _arg_types(graph, task_id)
+        split = split_prepack(choice.func, types, num_outputs, packed_params[0])
+    return choice, split
+
+
+def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "heuristic", vector_lanes: int = 8,
+                   progress: Callable[[str], None] | None = None, hardware: Any = None,
+                   prepack: bool = True) -> ScheduledTasks:
+    """Schedules every task for x86. ``heuristic``: the first eligible rule of the registry, with
+    pre-packed weights; tasks no rule fits get the fixed rules. ``baseline``: the fixed rules only."""
     from tvm import s_tir
 
-    funcs: dict[str, Any] = {}
-    records: list[ScheduleRecord] = []
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {scheduler!r}; expected one of {SCHEDULERS}")
+    if hardware is None:
+        from .hardware import detect_x86
+
+        hardware = detect_x86(("avx512f",) if vector_lanes >= 16 else ("avx2",))
+    out = ScheduledTasks({}, [], {}, {}, {})
     for i, task in enumerate(graph.tasks):
         func = graph.task_funcs[task.id]
         started = time.perf_counter()
-        space = DesignSpace(func, target)
-        rows_axis = rows_axis_of(func)
-        chosen = None
-        for sketch in range(len(space.sketches)):
-            result = _replay_default(space, sketch, vector_lanes, rows_axis)
-            if result is not None:
-                chosen = (sketch, *result, "default")
-                break
-        if chosen is None:
-            for sketch in range(len(space.sketches)):
-                result = space.replay(sketch, lambda site, sampled: sampled)
-                if result is not None:
-                    chosen = (sketch, *result, "sampled")
-                    break
-        if chosen is None:
-            scheduled = s_tir.Schedule(func).mod["main"]
-            records.append(ScheduleRecord(task.id, target_id, -1, (), "unscheduled", "no legal point found"))
-        else:
-            sketch, scheduled, decisions, who = chosen
-            records.append(ScheduleRecord(task.id, target_id, sketch, decisions, who))
-        funcs[task.id] = scheduled
+        scheduled, record = None, None
+        if scheduler == "heuristic":
+            choice, split = _heuristic_x86(graph, task.id, func, target, hardware, prepack)
+            if choice is not None:
+                scheduled = split.kernel if split is not None else choice.func
+                note = choice.rule + (f"; weight param {split.param} pre-packed to {list(split.packed_shape)}"
+                                      if split is not None else "")
+                record = ScheduleRecord(task.id, target_id, choice.sketch, choice.decisions, "heuristic", note)
+                out.choose_ms[task.id] = choice.choose_ms
+                if split is not None:
+                    out.splits[task.id] = split
+        if scheduled is None:
+            fixed = fixed_schedule(func, target, vector_lanes)
+            if fixed is None:
+                scheduled = s_tir.Schedule(func).mod["main"]
+                record = ScheduleRecord(task.id, target_id, -1, (), "unscheduled", "no legal point found")
+            else:
+                sketch, scheduled, decisions, who = fixed
+                note = "no heuristic rule fits" if scheduler == "heuristic" else ""
+                record = ScheduleRecord(task.id, target_id, sketch, decisions, who, note)
+        out.funcs[task.id] = scheduled
+        out.records.append(record)
+        out.total_ms[task.id] = (time.perf_counter() - started) * 1e3
         if progress:
-            progress(f"[{i + 1}/{len(graph.tasks)}] {task.name} ({records[-1].chosen_by}, "
-                     f"{(time.perf_counter() - started) * 1e3:.0f} ms)")
-    return funcs, records
+            progress(f"[{i + 1}/{len(graph.tasks)}] {task.name} ({record.chosen_by}"
+                     f"{', ' + record.note.split(';')[0] if record.chosen_by == 'heuristic' else ''}, "
+                     f"{out.total_ms[task.id]:.0f} ms)")
+    return out

@@ -52,16 +52,15 @@ def register(cls: type[Rule]) -> type[Rule]:
     return cls
 
 
+RULE_MODULES = ("x86_matmul", "x86_reduction", "x86_pointwise", "cuda_matmul", "cuda_reduction", "cuda_pointwise")
+
+
 def _load_rule_modules() -> None:
-    # Importing the modules registers their rules (one file per rule).
-    from . import (  # noqa: F401
-        cuda_matmul,
-        cuda_pointwise,
-        cuda_reduction,
-        x86_matmul,
-        x86_pointwise,
-        x86_reduction,
-    )
+    """Importing the modules registers their rules (one file per rule), in trust order."""
+    import importlib
+
+    for name in RULE_MODULES:
+        importlib.import_module(f"{__package__}.{name}")
 
 
 def rules_for(target: str, disabled: frozenset[str] | None = None) -> list[Rule]:

@@ -1,0 +1,110 @@
+"""Weight pre-packing for x86: a kernel reads its constant operand in the tiled order its loops
+walk, so the weights are rearranged once, at build time, not on every call.
+
+MetaSchedule's RewriteLayout postprocessor (x86) does the analysis: on a PrimFunc whose weight
+parameter is marked ``layout_free_buffers``, it adds a preproc block (annotated
+``meta_schedule.layout_rewrite_preproc``) that copies the weight into the tiled layout, and
+indexes the packed buffer in the kernel. Relax's SplitLayoutRewritePreproc splits that block into
+its own function; we compile it for the build host and run it on every constant the task's calls
+pass there. The packed tensor has the same elements in another order (perfect tiles: no padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import LoweringError
+from ..graph import Graph
+
+PREPROC_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
+
+
+def weight_operand_params(graph: Graph, task_id: str, func, operand_buffers: tuple[str, ...]) -> list[int]:
+    """Parameter indices of ``func`` that are a multiply-accumulate operand (named in
+    ``operand_buffers``) and receive a constant (weights storage) in every call of the task."""
+    calls = [c for c in graph.calls if c.task == task_id]
+    names = [p.name for p in func.params]
+    found = []
+    for index, name in enumerate(names):
+        if name not in operand_buffers:
+            continue
+        if calls and all(graph.tensors[graph.tensors[c.args[index]].base].storage == "weights" for c in calls):
+            found.append(index)
+    return found
+
+
+def has_preproc(func) -> bool:
+    return PREPROC_ANNOTATION in func.script()
+
+
+@dataclass
+class SplitKernel:
+    """A scheduled task split into the kernel that reads the packed weight and the packer."""
+
+    kernel: Any  # PrimFunc: same parameters, the packed one in the packed shape
+    prepack: Any  # PrimFunc (weight, packed weight)
+    param: int  # which parameter is packed
+    packed_shape: tuple[int, ...]
+    dtype: str
+
+
+def split_prepack(scheduled, arg_types: list[tuple[tuple[int, ...], str]], num_outputs: int,
+                  param: int) -> SplitKernel | None:
+    """Splits the layout-rewrite block off ``scheduled`` (a replayed PrimFunc); None when
+    RewriteLayout did not rewrite anything (the kernel then reads the plain weight)."""
+    from tvm import relax
+
+    if not has_preproc(scheduled):
+        return None
+    inputs = arg_types[:len(arg_types) - num_outputs]
+    outputs = arg_types[len(arg_types) - num_outputs:]
+    builder = relax.BlockBuilder()
+    params = [relax.Var(f"a{i}", relax.TensorType(shape, dtype)) for i, (shape, dtype) in enumerate(inputs)]
+    with builder.function("main", params):
+        with builder.dataflow():
+            kernel_var = builder.add_func(scheduled.without_attr("global_symbol"), "k")
+            out_type = ([relax.TensorType(s, d) for s, d in outputs] if num_outputs > 1
+                        else relax.TensorType(*outputs[0]))
+            result = builder.emit_output(builder.emit(relax.call_tir(kernel_var, params, out_type)))
+        builder.emit_func_output(result)
+    split = relax.transform.SplitLayoutRewritePreproc()(builder.get())
+    functions = {gv.name_hint: fn for gv, fn in split.functions.items()}
+    kernel, prepack = functions.get("k_prepacked"), functions.get("k_weight_prepack")
+    if kernel is None or prepack is None:
+        return None
+    if len(prepack.params) != 2:  # one packed weight per task: more would need a tuple-aware plan
+        raise LoweringError(f"layout rewrite packed {len(prepack.params) - 1} buffers; expected 1")
+    packed_shape = None
+    for block in split["main"].body.blocks:
+        for binding in block.bindings:
+            callee = getattr(binding.value, "args", [None])[0]
+            if getattr(callee, "name_hint", "") == "k_weight_prepack":
+                packed_shape = tuple(int(d) for d in binding.var.ty.shape)
+    if packed_shape is None:
+        raise LoweringError("layout rewrite: the split module has no call of the prepack function")
+    return SplitKernel(kernel, prepack, param, packed_shape, arg_types[param][1])
+
+
+class Packer:
+    """Compiles prepack functions for the build host and runs them on constants."""
+
+    def __init__(self) -> None:
+        import tvm
+
+        self._target = tvm.target.Target({"kind": "llvm"})
+        self._cache: dict[int, Any] = {}
+
+    def pack(self, split: SplitKernel, weight: np.ndarray) -> np.ndarray:
+        import tvm
+
+        key = id(split.prepack)
+        if key not in self._cache:
+            self._cache[key] = tvm.compile(tvm.IRModule({"main": split.prepack.with_attr("global_symbol", "main")}),
+                                           target=self._target)
+        out = tvm.runtime.tensor(np.empty(split.packed_shape, dtype=weight.dtype))
+        self._cache[key]["main"](tvm.runtime.tensor(np.ascontiguousarray(weight)), out)
+        return out.numpy()
+

@@ -1,0 +1,95 @@
+"""x86 matmul-like rule (dense, batch matmul, conv2d): a register tile of about half the vector
+registers in accumulators, innermost, inside the inner reduction loop; every other spatial loop
+outermost, where the postprocessor fuses and parallelises it.
+
+Decisions on MetaSchedule's llvm SSRSRS sketch: each spatial loop is a 4-way tile (levels 0, 1
+outside the reduction, 2 between its chunks, 3 innermost), each reduction loop a 2-way tile.
+Why these numbers (docs/x86-performance-notes.md has the measurements):
+- level 3 holds the register tile: the last spatial loop (contiguous in the output) as one or
+  two full vectors, and ``rows`` of the loop that the vector-loaded operand ignores (its value is
+  broadcast), so each FMA has an independent accumulator: accumulators ≈ FMA latency (4) × FMA
+  ports (2) = 8 on AVX2 (16 ymm registers), 16 with AVX-512's 32 registers;
+- a conv's output-channel loop gives 4 more row tiles to level 1, so a parallel task reuses its
+  input tile across them;
+- a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner);
+- unroll 64 (0 is 2-3x slower, more gains nothing); padding stays its own block (inlined into the
+  conv it puts a branch in the inner loop: 10x slower).
+"""
+
+from __future__ import annotations
+
+from ...schedule.space import SamplingSite
+from .classify import TaskClass
+from .registry import Decisions, Rule, register
+
+
+def largest_divisor_at_most(n: int, bound: int) -> int:
+    for d in range(min(n, max(bound, 1)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def vector_tile(extent: int, lanes: int) -> int:
+    """Two full vectors if they divide the loop, else one, else the largest divisor under one
+    vector (a 14-wide row gets 7)."""
+    for candidate in (2 * lanes, lanes):
+        if extent % candidate == 0:
+            return candidate
+    return largest_divisor_at_most(extent, lanes)
+
+
+def rows_axis(task: TaskClass) -> int | None:
+    """The spatial loop that the vector-loaded operand (the one depending on the last spatial
+    loop) ignores — the largest such; None when there is none."""
+    last = len(task.spatial) - 1
+    for ignored in task.reuse.values():
+        if last not in ignored:
+            candidates = [a for a in ignored if task.spatial[a] > 1]
+            if candidates:
+                return max(candidates, key=lambda a: task.spatial[a])
+    return None
+
+
+@register
+class X86Matmul(Rule):
+    name = "x86-matmul"
+    target = "x86"
+
+    def is_eligible(self, task: TaskClass, hardware) -> bool:
+        return task.kind == "matmul" and len(task.spatial) >= 2
+
+    def sketch_order(self, num_sketches: int, task: TaskClass) -> list[int]:
+        return list(range(num_sketches))
+
+    def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware) -> Decisions | None:
+        lanes = hardware.lanes(32)
+        accumulators = max(4, hardware.vector_registers // 2)
+        spatial = [s for s in sites if s.kind == "tile" and s.parts == 4]
+        if len(spatial) != len(task.spatial) or [s.extent for s in spatial] != list(task.spatial):
+            return None  # not the SSRSRS sketch of the main block
+        chosen: Decisions = {}
+        last = len(spatial) - 1
+        inner = vector_tile(spatial[last].extent, lanes)
+        vectors = -(-inner // lanes)
+        chosen[spatial[last].index] = (spatial[last].extent // inner, 1, 1, inner)
+        rows_at = rows_axis(task)
+        if rows_at is None or rows_at == last:
+            rows_at = last - 1
+        for position, site in enumerate(spatial[:last]):
+            if position == rows_at:
+                rows = largest_divisor_at_most(site.extent, max(1, accumulators // vectors))
+                block = largest_divisor_at_most(site.extent // rows, 4)
+                chosen[site.index] = (site.extent // (rows * block), block, 1, rows)
+            else:
+                chosen[site.index] = (site.extent, 1, 1, 1)
+        for site in sites:
+            if site.kind == "tile" and site.parts == 2:
+                bound = site.max_innermost if site.max_innermost > 0 else site.extent
+                inner_r = site.extent if site.extent <= min(bound, 7) else largest_divisor_at_most(site.extent, min(bound, 8))
+                chosen[site.index] = (site.extent // inner_r, inner_r)
+            elif site.kind == "categorical":
+                chosen[site.index] = site.candidates.index(64) if 64 in site.candidates else len(site.candidates) // 2
+            elif site.kind == "compute_location":
+                chosen[site.index] = -1  # padding and other producers: their own block
+        return chosen
