@@ -1,0 +1,90 @@
+"""The record store (append-only gzip shards that survive a torn write), the measurement checks,
+and a small resumable collect run over one stored task."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+from tlm_tasks import example_tasks
+
+from tlmpack.schedule.data.measure import check
+from tlmpack.schedule.data.store import Store, read_shard
+
+
+def _record(task: str, valid: bool, target: str = "x86") -> dict:
+    return {"task": task, "target": target, "valid": valid, "sketch": 0, "decisions": [["categorical", 1]]}
+
+
+def test_shards_append_and_stats_count_valid_records_only(tmp_path):
+    store = Store(tmp_path)
+    w = store.writer("x86", run="a")
+    w.append([_record("t1", True), _record("t1", False)])
+    w.append([_record("t2", True)])
+    store.writer("cuda", run="b").append([_record("t1", True, "cuda")])
+    store.put_task({"key": "t1", "script": "x"})
+    store.put_task({"key": "t1", "script": "changed"})  # tasks are written once
+    assert store.task("t1")["script"] == "x"
+    s = store.stats()
+    assert s["tasks"] == 1 and s["records"] == {"x86": 2, "cuda": 1} and s["invalid"]["x86"] == 1
+    assert len(list(store.records("x86"))) == 3
+
+
+def test_a_torn_last_batch_loses_only_itself(tmp_path):
+    store = Store(tmp_path)
+    w = store.writer("x86", run="torn")
+    w.append([_record("t1", True)] * 3)
+    with open(w.path, "ab") as f:
+        f.write(gzip.compress(b'{"task": "t9"}\n' * 50)[:-12])  # killed mid-write
+    assert [r["task"] for r in read_shard(w.path)] == ["t1"] * 3
+
+
+def test_check_rejects_wrong_nan_and_zero_outputs():
+    ref = np.linspace(1, 2, 64, dtype=np.float32)
+    assert check([ref + 1e-7], [ref])[0]
+    assert not check([ref * 1.01], [ref])[0]
+    assert not check([np.zeros_like(ref)], [ref])[0]
+    bad = ref.copy()
+    bad[3] = np.nan
+    assert not check([bad], [ref])[0]
+    assert not check([np.array([1, 2], np.int64)], [np.array([1, 3], np.int64)])[0]
+
+
+def test_stored_script_gives_back_the_same_task(tmp_path):
+    import tvm_ffi
+
+    from tlmpack.schedule.data.corpus import load_func, task_key
+
+    func = example_tasks()["softmax"]
+    back = load_func({"script": func.script()})
+    assert tvm_ffi.structural_equal(back.without_attr("global_symbol"), func.without_attr("global_symbol"))
+    assert task_key(back) == task_key(func)
+
+
+@pytest.fixture
+def one_task_store(tmp_path):
+    from tlmpack.schedule.data.corpus import task_key
+
+    store = Store(tmp_path)
+    func = example_tasks()["fused_dense_add_relu"]
+    key = task_key(func)
+    store.put_task({"key": key, "name": "fused_dense_add_relu", "num_outputs": 1, "script": func.script()})
+    store.put_corpus("toy", {"model": "toy", "held_out": False,
+                             "tasks": [{"key": key, "name": "fused_dense_add_relu", "calls": 1}]})
+    return store, key
+
+
+def test_collect_measures_checks_and_resumes(one_task_store):
+    from tlmpack.schedule.data.collect import collect
+
+    store, key = one_task_store
+    first = collect(store, ["toy"], per_task=3, seed=1, batch=2, progress=False, say=lambda m: None)
+    records = list(store.records("x86"))
+    assert first.measured == len(records) == 3
+    assert all(r["task"] == key and r["valid"] and r["median_us"] > 0 and r["rel_err"] < 1e-4 for r in records)
+    assert len({(r["sketch"], str(r["decisions"])) for r in records}) == 3
+    again = collect(store, ["toy"], per_task=3, seed=1, progress=False, say=lambda m: None)
+    assert again.measured == 0 and len(list(store.records("x86"))) == 3
+    more = collect(store, ["toy"], per_task=4, seed=1, progress=False, say=lambda m: None)
+    assert more.measured == 1

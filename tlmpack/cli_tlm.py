@@ -1,0 +1,57 @@
+"""``tlmpack tlm``: build and inspect the measured dataset the Tensor Language Model learns from."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group()
+def tlm() -> None:
+    """The tensor-program dataset: collect measurements, show what the store holds."""
+
+
+def _store(data_dir: str | None):
+    from .schedule.data.store import Store, default_root
+
+    return Store(data_dir or default_root())
+
+
+@tlm.command()
+@click.option("--models", default=None, help="Comma-separated corpus models (default: the quick-start list).")
+@click.option("--target", default="x86", show_default=True, type=click.Choice(["x86"]),
+              help="Where to measure (CUDA records are measured on the GPU machine).")
+@click.option("--per-task", default=32, show_default=True, help="Programs per task (existing ones count).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--budget-minutes", default=None, type=float, help="Stop starting new batches after this long.")
+@click.option("--batch", default=8, show_default=True, help="Programs built per tvm.compile and flushed together.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+@click.option("--no-progress", is_flag=True, help="One line per task instead of a progress bar.")
+def collect(models: str | None, target: str, per_task: int, seed: int, budget_minutes: float | None, batch: int,
+            data_dir: str | None, no_progress: bool) -> None:
+    """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
+    from .schedule.data.collect import collect as run
+    from .schedule.data.corpus import DEFAULT_ORDER
+
+    names = [m.strip() for m in models.split(",")] if models else list(DEFAULT_ORDER)
+    summary = run(_store(data_dir), names, per_task, seed, budget_minutes, batch,
+                  say=lambda m: click.echo(m, err=True), progress=not no_progress)
+    click.echo(json.dumps(summary.to_json(), sort_keys=True))
+    if summary.stopped == "interrupted":
+        sys.exit(130)
+
+
+@tlm.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def stats(as_json: bool, data_dir: str | None) -> None:
+    """What the store holds: tasks, and valid measured records per target."""
+    s = _store(data_dir).stats()
+    if as_json:
+        click.echo(json.dumps(s, sort_keys=True))
+        return
+    click.echo(f"tasks: {s['tasks']} ({s['tasks_with_records']} with valid records), models: {len(s['models'])}")
+    for target, n in sorted(s["records"].items()):
+        click.echo(f"{target}: {n} valid records, {s['invalid'].get(target, 0)} invalid")

@@ -1,0 +1,136 @@
+"""The record store under data/: append-only, gzip-compressed, plain JSON (schema in data/README.md).
+
+    data/tasks/<task>.json.gz           one task's unscheduled PrimFunc (TVMScript) and description
+    data/corpus/<model>.json            the tasks of one corpus model (key, name, calls)
+    data/records/<target>/<run>.jsonl.gz  measured records, one JSON object per line
+
+Each collect run writes its own shard, one gzip member per flushed batch, so a run stopped at any
+moment loses at most the batch in flight, and a torn last member is skipped when reading.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+RECORD_VERSION = 1
+
+
+def default_root() -> Path:
+    from ..._paths import REPO_ROOT
+
+    return REPO_ROOT / "data"
+
+
+class Store:
+    """One data/ directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # ---- tasks and corpus -------------------------------------------------------------------
+    def task_path(self, key: str) -> Path:
+        return self.root / "tasks" / f"{key}.json.gz"
+
+    def has_task(self, key: str) -> bool:
+        return self.task_path(key).is_file()
+
+    def put_task(self, task: dict) -> None:
+        """Writes a task once (tasks are immutable: same key, same PrimFunc)."""
+        path = self.task_path(task["key"])
+        if path.is_file():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with gzip.GzipFile(tmp, "wb", mtime=0) as f:
+            f.write(json.dumps(task, sort_keys=True).encode())
+        tmp.replace(path)
+
+    def task(self, key: str) -> dict:
+        with gzip.open(self.task_path(key), "rt") as f:
+            return json.load(f)
+
+    def task_keys(self) -> list[str]:
+        return sorted(p.name.removesuffix(".json.gz") for p in (self.root / "tasks").glob("*.json.gz"))
+
+    def corpus_path(self, model: str) -> Path:
+        return self.root / "corpus" / f"{model}.json"
+
+    def put_corpus(self, model: str, entry: dict) -> None:
+        path = self.corpus_path(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+
+    def corpus(self, model: str) -> dict | None:
+        path = self.corpus_path(model)
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    # ---- records ------------------------------------------------------------------------------
+    def records(self, target: str | None = None) -> Iterator[dict]:
+        """Every record (valid or not) of ``target`` (all targets when None), shard by shard."""
+        base = self.root / "records"
+        for shard in sorted(base.glob(f"{target or '*'}/*.jsonl.gz")):
+            yield from read_shard(shard)
+
+    def writer(self, target: str, run: str | None = None) -> ShardWriter:
+        run = run or f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{socket.gethostname()[:16]}-{os.getpid()}"
+        return ShardWriter(self.root / "records" / target / f"{run}.jsonl.gz")
+
+    def stats(self) -> dict:
+        """What the store holds: tasks, and valid measured records per target."""
+        counts: dict[str, int] = {"x86": 0, "cuda": 0}
+        invalid: dict[str, int] = {"x86": 0, "cuda": 0}
+        per_task: dict[str, int] = {}
+        for r in self.records():
+            target = r.get("target", "?")
+            if r.get("valid"):
+                counts[target] = counts.get(target, 0) + 1
+                per_task[r["task"]] = per_task.get(r["task"], 0) + 1
+            else:
+                invalid[target] = invalid.get(target, 0) + 1
+        return {"tasks": len(self.task_keys()), "records": counts, "invalid": invalid,
+                "tasks_with_records": len(per_task),
+                "models": sorted(p.stem for p in (self.root / "corpus").glob("*.json"))}
+
+
+def read_shard(path: Path) -> Iterator[dict]:
+    """Records of one shard; stops quietly at a torn last gzip member (a run killed mid-write)."""
+    data = path.read_bytes()
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            chunk = d.decompress(data)
+        except zlib.error:
+            return
+        if not d.eof:
+            return
+        for line in chunk.decode().splitlines():
+            if line.strip():
+                yield json.loads(line)
+        data = d.unused_data
+
+
+class ShardWriter:
+    """Appends batches of records to one shard, each batch a complete gzip member, flushed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.written = 0
+
+    def append(self, records: list[dict]) -> None:
+        if not records:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()
+        member = gzip.compress(payload, compresslevel=9, mtime=0)
+        with open(self.path, "ab") as f:
+            f.write(member)
+            f.flush()
+            os.fsync(f.fileno())
+        self.written += len(records)
