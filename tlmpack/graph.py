@@ -86,15 +86,24 @@ def _aligned(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def fuse_to_tir(mod, fast_math: bool = False):
+def has_conv2d(mod) -> bool:
+    return "R.nn.conv2d(" in mod["main"].script()
+
+
+def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
-    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86)."""
+    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86).
+    ``conv_layout="NHWC"`` converts convolutions (and the ops between them) to channels-last, so a
+    conv is a GEMM whose output channels are the contiguous, vectorised loop; the transposed
+    weights fold into constants and transposes remain only at the model's edges."""
     import tvm
     from tvm import relax
 
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
+    layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([
+        *([relax.transform.ConvertLayout(layout)] if layout else []),
         *([relax.transform.FastMathTransform()] if fast_math else []),  # rewrites Relax ops: first
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),
@@ -116,8 +125,9 @@ def _c_identifier(text: str) -> str:
 class _Builder:
     """Walks Relax ``main`` once, collecting tensors, calls and tasks."""
 
-    def __init__(self, mod) -> None:
+    def __init__(self, mod, task_prefix: str = "k") -> None:
         self.mod = mod
+        self.task_prefix = task_prefix
         self.tensors: list[Tensor] = []
         self.calls: list[KernelCall] = []
         self.values: dict[Any, Any] = {}  # relax Var → tensor id or tuple of them
@@ -174,7 +184,7 @@ class _Builder:
             if tvm_ffi.structural_equal(self.task_funcs[task_id], func):
                 self.task_of_gvar[name] = task_id
                 return task_id
-        task_id = f"k{len(self.tasks)}_{_c_identifier(name)}"
+        task_id = f"{self.task_prefix}{len(self.tasks)}_{_c_identifier(name)}"
         self.tasks[task_id] = Task(task_id, name, f"{h & 0xFFFFFFFFFFFFFFFF:016x}", 0)
         self.task_funcs[task_id] = func
         self.hash_buckets.setdefault(h, []).append(task_id)
@@ -258,12 +268,13 @@ def _flatten(value) -> list[int]:
     return [value]
 
 
-def partition(mod) -> Graph:
-    """Turns fused Relax ``main`` into a Graph (plain data) plus the TIR of each task."""
+def partition(mod, task_prefix: str = "k") -> Graph:
+    """Turns fused Relax ``main`` into a Graph (plain data) plus the TIR of each task. Task ids are
+    ``<task_prefix><n>_<name>``: a second graph of the same model (another layout) uses another prefix."""
     from tvm import relax
 
     main = mod["main"]
-    b = _Builder(mod)
+    b = _Builder(mod, task_prefix)
     inputs = []
     for param in main.params:
         sinfo = param.ty

@@ -102,6 +102,16 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
     return entry, records
 
 
+def _subgraphs(graph, x86_graph, records_by_target: dict, order: list[str]) -> list[dict]:
+    """Every task with its schedule on each target that runs it (the x86 graph may be its own)."""
+    if x86_graph is None or x86_graph is graph:
+        return [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order]}
+                for t in graph.tasks]
+    out = [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order if k != "x86"]}
+           for t in graph.tasks if "cuda" in order]
+    return out + [t.to_json() | {"schedules": [records_by_target["x86"][t.id].to_json()]} for t in x86_graph.tasks]
+
+
 def _choose_summary(scheduled) -> str:
     """One line: who chose, and what choosing cost (classify + rule, without TVM's replay)."""
     counts: dict[str, int] = {}
@@ -150,7 +160,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     import tvm
 
     from ..frontend import load_model
-    from ..graph import fuse_to_tir, partition
+    from ..graph import fuse_to_tir, has_conv2d, partition
     from ..lower.prepack import Packer
     from ..lower.x86 import build_kernels, x86_target
     from ..schedule.hardware import detect_x86
@@ -160,7 +170,19 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     say(f"loading {model}")
     imported = load_model(model, options.input_shapes)
     say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
-    graph = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math))
+    # x86 heuristics run convolutions channels-last (a conv becomes a GEMM over output channels);
+    # CUDA keeps the model's layout. With both targets the x86 plan has its own graph and weights.
+    x86_layout = ("NHWC" if "x86" in options.targets and options.scheduler == "heuristic"
+                  and has_conv2d(imported.mod) else None)
+    graph = None
+    if cuda is not None or x86_layout is None:
+        graph = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math))
+    x86_source = graph if x86_layout is None else None
+    if x86_layout is not None:
+        say(f"lowering for x86 with {x86_layout} convolutions")
+        x86_source = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math, conv_layout=x86_layout),
+                               task_prefix="x" if graph is not None else "k")
+        graph = graph or x86_source
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
 
@@ -177,13 +199,13 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
         if "x86" in options.targets:
             target = x86_target(options.cpu)
             hardware = detect_x86(target.features, target.num_cores)
-            say(f"scheduling {len(graph.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
-            scheduled = schedule_tasks(graph, target.tvm_target(), "x86", options.scheduler,
+            say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
+            scheduled = schedule_tasks(x86_source, target.tvm_target(), "x86", options.scheduler,
                                        hardware.lanes(32), say, hardware)
-            x86_graph = graph
+            x86_graph = x86_source
             if scheduled.splits:
                 say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
-                x86_graph = pack_graph(graph, scheduled.splits, Packer().pack)
+                x86_graph = pack_graph(x86_source, scheduled.splits, Packer().pack)
             (stage / "x86").mkdir()
             say("building x86 kernels with LLVM")
             kernels_object = Path(tmp) / "kernels.o"
@@ -196,8 +218,9 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             if cuda is not None and x86_weights != graph.weights:
                 (stage / "x86" / "weights.bin").write_bytes(x86_weights)  # the runtime's x86 backend prefers it
                 files.append("x86/weights.bin")
-            target_entries["x86"] = target.to_json() | {"hardware": hardware.to_json(), "files": files,
-                                                        "weights_bytes": len(x86_weights)}
+            target_entries["x86"] = target.to_json() | {
+                "hardware": hardware.to_json(), "files": files, "weights_bytes": len(x86_weights),
+                "arena_bytes": x86_graph.arena_bytes, "conv_layout": x86_layout or "model"}
             records_by_target["x86"] = {r.task: r for r in scheduled.records}
             say(_choose_summary(scheduled))
         # weights.bin: the CUDA plan's constants; in an x86-only build, the x86 plan's (maybe packed)
@@ -215,8 +238,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             "targets": [target_entries[t] for t in order],
             "memory": graph.memory_json(),
             "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
-            "subgraphs": [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order]}
-                          for t in graph.tasks],
+            "subgraphs": _subgraphs(graph, x86_source, records_by_target, order),
         }
         write_manifest(stage, manifest)
         out.parent.mkdir(parents=True, exist_ok=True)

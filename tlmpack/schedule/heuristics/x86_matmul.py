@@ -47,8 +47,26 @@ def rows_axis(task: TaskClass) -> int | None:
         if last not in ignored:
             candidates = [a for a in ignored if task.spatial[a] > 1]
             if candidates:
-                return max(candidates, key=lambda a: task.spatial[a])
+                return max(candidates, key=lambda a: (task.spatial[a], a))
     return None
+
+
+def register_tile(vector_extent: int, rows_extent: int, lanes: int, accumulators: int) -> tuple[int, int]:
+    """(innermost extent, rows): as many independent accumulators (vectors x rows) as the budget
+    allows, each loop split exactly; ties go to the fewest loads per step (vectors + rows: 2 x 4
+    beats 8 x 1), then to fewer vectors (4 rows x 2 vectors measured best). A loop
+    shorter than a vector, or with no vector-multiple divisor, gets one partial vector."""
+    best = (0, 0, 0, 0, 0)
+    for vectors in range(1, 3):  # more vectors than 2 per row measured slower (spills, wide tails)
+        inner = vectors * lanes
+        if vector_extent % inner:
+            continue
+        rows = largest_divisor_at_most(rows_extent, accumulators // vectors)
+        best = max(best, (vectors * rows, -(vectors + rows), -vectors, inner, rows))
+    if best[0] == 0:
+        inner = vector_tile(vector_extent, lanes)
+        return inner, largest_divisor_at_most(rows_extent, accumulators)
+    return best[3], best[4]
 
 
 @register
@@ -70,15 +88,13 @@ class X86Matmul(Rule):
             return None  # not the SSRSRS sketch of the main block
         chosen: Decisions = {}
         last = len(spatial) - 1
-        inner = vector_tile(spatial[last].extent, lanes)
-        vectors = -(-inner // lanes)
-        chosen[spatial[last].index] = (spatial[last].extent // inner, 1, 1, inner)
         rows_at = rows_axis(task)
         if rows_at is None or rows_at == last:
             rows_at = last - 1
+        inner, rows = register_tile(spatial[last].extent, spatial[rows_at].extent, lanes, accumulators)
+        chosen[spatial[last].index] = (spatial[last].extent // inner, 1, 1, inner)
         for position, site in enumerate(spatial[:last]):
             if position == rows_at:
-                rows = largest_divisor_at_most(site.extent, max(1, accumulators // vectors))
                 block = largest_divisor_at_most(site.extent // rows, 4)
                 chosen[site.index] = (site.extent // (rows * block), block, 1, rows)
             else:
