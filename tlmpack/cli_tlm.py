@@ -55,3 +55,24 @@ def stats(as_json: bool, data_dir: str | None) -> None:
     click.echo(f"tasks: {s['tasks']} ({s['tasks_with_records']} with valid records), models: {len(s['models'])}")
     for target, n in sorted(s["records"].items()):
         click.echo(f"{target}: {n} valid records, {s['invalid'].get(target, 0)} invalid")
+
+
+@tlm.command()
+@click.option("-n", "count", default=100, show_default=True, help="How many random valid records.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def repeat(count: int, seed: int, data_dir: str | None) -> None:
+    """Re-measure random x86 records and print the median relative difference of their latencies."""
+    from .schedule.data.remeasure import remeasure
+
+    click.echo(json.dumps(remeasure(_store(data_dir), count, seed), sort_keys=True))
+
+
+@tlm.command()
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+@click.option("--heuristic", is_flag=True, help="Also build and measure the heuristic schedule of every task.")
+def table(data_dir: str | None, heuristic: bool) -> None:
+    """A markdown table per task: valid records, best and median latency (and the heuristic's)."""
+    from .schedule.data.report import task_table
+
+    click.echo(task_table(_store(data_dir), heuristic=heuristic))

@@ -1,0 +1,71 @@
+"""Per-task summary of the store: how much the choice of schedule matters (best vs median of
+random legal programs) and, optionally, where the heuristic schedule lands."""
+
+from __future__ import annotations
+
+import statistics
+
+from .store import Store
+
+
+def latencies(store: Store, target: str = "x86") -> dict[str, list[float]]:
+    """task key → the median latencies (µs) of its valid records."""
+    out: dict[str, list[float]] = {}
+    for r in store.records(target):
+        if r.get("valid"):
+            out.setdefault(r["task"], []).append(r["median_us"])
+    return out
+
+
+def heuristic_latency(store: Store, key: str) -> tuple[float | None, str]:
+    """Builds and measures the heuristic schedule of one stored task (plain weights, like the
+    random programs): (median µs or None, the rule or fallback that chose it)."""
+    from ...lower.x86 import x86_target
+    from ..hardware import detect_x86
+    from ..select import fixed_schedule, schedule_with_rules
+    from .corpus import load_func
+    from .measure import compile_batch, measure, run_reference
+
+    target = x86_target()
+    tvm_target = target.tvm_target()
+    task = store.task(key)
+    func = load_func(task)
+    choice = schedule_with_rules(func, tvm_target, "x86", detect_x86(target.features, target.num_cores))
+    if choice is not None:
+        scheduled, who = choice.func, choice.rule
+    else:
+        fixed = fixed_schedule(func, tvm_target, 8)
+        if fixed is None:
+            return None, "none"
+        scheduled, who = fixed[1], fixed[3]
+    args, expected = run_reference(func, task["num_outputs"], tvm_target, int(key[:8], 16) & 0x7FFFFFFF)
+    mod = compile_batch({"h": scheduled}, tvm_target)["h"]
+    if isinstance(mod, str):
+        return None, who
+    m = measure(mod, "h", args, expected)
+    return (m.median_us if m.valid else None), who
+
+
+def task_table(store: Store, heuristic: bool = False) -> str:
+    """Markdown: one row per task with records, best, median, median/best (and the heuristic)."""
+    lat = latencies(store)
+    names = {}
+    for path in sorted((store.root / "corpus").glob("*.json")):
+        entry = store.corpus(path.stem)
+        for t in entry["tasks"]:
+            names.setdefault(t["key"], (t["name"], entry["model"]))
+    head = "| task | model | records | best µs | median µs | median/best |"
+    rule = "|---|---|---:|---:|---:|---:|"
+    if heuristic:
+        head += " heuristic µs | heuristic/best | chosen by |"
+        rule += "---:|---:|---|"
+    rows = [head, rule]
+    for key, values in sorted(lat.items(), key=lambda kv: names.get(kv[0], ("", ""))[::-1]):
+        name, model = names.get(key, ("?", "?"))
+        best, median = min(values), statistics.median(values)
+        row = f"| {name} `{key[:8]}` | {model} | {len(values)} | {best:.1f} | {median:.1f} | {median / best:.2f} |"
+        if heuristic:
+            h, who = heuristic_latency(store, key)
+            row += f" {h:.1f} | {h / best:.2f} | {who} |" if h is not None else f" - | - | {who} |"
+        rows.append(row)
+    return "\n".join(rows)
