@@ -79,9 +79,29 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
     for subgraph in manifest["subgraphs"]:
         (schedule,) = subgraph["schedules"]
         assert schedule["target"] == "x86"
-        assert schedule["chosen_by"] in ("default", "sampled")
-        assert schedule["sketch"] >= 0 and schedule["decisions"]
+        assert schedule["chosen_by"] == "heuristic" and schedule["note"].startswith("x86-")
+        assert schedule["sketch"] >= 0
+        if schedule["note"].startswith("x86-matmul"):  # convs: tiles, unroll, and pre-packed weights
+            assert schedule["decisions"] and "pre-packed" in schedule["note"]
+    (x86,) = manifest["targets"]
+    assert x86["conv_layout"] == "NHWC" and x86["hardware"]["vector_bits"] in (256, 512)
     assert manifest["memory"]["arena_bytes"] <= manifest["memory"]["unplanned_bytes"]
+
+
+def test_baseline_scheduler_keeps_the_first_release_rules_and_matches_onnxruntime(build_zoo_model, tmp_path):
+    import tlmpack.runtime as rt
+    from tlmpack import zoo
+    from tlmpack.emit.package import BuildOptions, build
+
+    onnx_path, _ = build_zoo_model("resnet-tiny")
+    tar = tmp_path / "baseline.tar"
+    manifest = build(str(onnx_path), tar, BuildOptions(scheduler="baseline"))
+    assert {s["schedules"][0]["chosen_by"] for s in manifest["subgraphs"]} <= {"default", "sampled"}
+    assert manifest["targets"][0]["conv_layout"] == "model"
+    feed = zoo.random_inputs("resnet-tiny", 1)
+    (ref,) = onnxruntime_outputs(onnx_path, feed)
+    (out,) = rt.load(tar).run(None, feed)
+    assert rel_err(out, ref) < TOLERANCE
 
 
 def test_identical_subgraphs_share_one_kernel(build_zoo_model):
@@ -199,7 +219,7 @@ def test_dynamic_input_needs_input_shape_and_says_how(tmp_path):
 def test_cli_inspect_lists_io_targets_and_schedules(build_zoo_model):
     _, tar = build_zoo_model("mlp")
     result = subprocess.run([*CLI, "inspect", str(tar)], capture_output=True, text=True, check=True)
-    assert "input" in result.stdout and "target x86" in result.stdout and "default" in result.stdout
+    assert "input" in result.stdout and "target x86" in result.stdout and "heuristic" in result.stdout
 
 
 def test_cli_run_reads_npy_inputs(build_zoo_model, tmp_path):
