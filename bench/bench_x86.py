@@ -2,12 +2,14 @@
 """tlmpack vs onnxruntime on x86 CPU, side by side.
 
     python bench/bench_x86.py [models...] [--dir DIR] [--threads T] [--runs N] [--warmup W]
+                              [--schedulers heuristic,baseline] [--fast-math]
 
 For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 
 1. ``DIR/<name>.onnx`` and ``DIR/<name>.inputs.npz`` are made with ``tlmpack.zoo`` if missing;
-2. ``tlmpack build DIR/<name>.onnx -t x86 -o DIR/<name>.tar`` (subprocess; timed; reused when the
-   tar is newer than the .onnx unless ``--rebuild``);
+2. for each scheduler (default: heuristic, the compile-time rules, and baseline, the first
+   release's fixed rules): ``tlmpack build DIR/<name>.onnx -t x86 --scheduler S -o
+   DIR/<name>.<S>.tar`` (subprocess; timed; reused when newer than the .onnx unless ``--rebuild``);
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
 4. both run the same input; rel err = ‖tlmpack − ORT‖ / ‖ORT‖;
@@ -134,19 +136,19 @@ def ensure_model(name: str, d: Path, seed: int) -> tuple[Path, dict]:
 
 
 def build_tlmpack(
-    name: str, onnx_path: Path, tar: Path, rebuild: bool, log_dir: Path
+    name: str, onnx_path: Path, tar: Path, rebuild: bool, log_dir: Path, extra: list[str] = ()
 ) -> tuple[float | None, str]:
     """Returns (build seconds or None if reused, error message or "")."""
     if tar.exists() and not rebuild and tar.stat().st_mtime >= onnx_path.stat().st_mtime:
         return None, ""
-    cmd = tlmpack_cmd() + ["build", str(onnx_path), "-t", "x86", "-o", str(tar)]
+    cmd = tlmpack_cmd() + ["build", str(onnx_path), "-t", "x86", *extra, "-o", str(tar)]
     print(f"[{name}] {shlex.join(cmd)}", flush=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     dt = time.perf_counter() - t0
-    log = log_dir / f"{name}.build.log"
+    log = log_dir / f"{tar.stem}.build.log"
     log.write_text(
         f"$ {shlex.join(cmd)}\n# exit {proc.returncode} after {dt:.1f}s\n{proc.stdout}\n{proc.stderr}"
     )
@@ -212,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--benchmarks-md", type=Path, default=REPO / "BENCHMARKS.md")
     ap.add_argument("--no-append", action="store_true", help="do not append to BENCHMARKS.md")
     ap.add_argument("--note", default="", help="free text added under the table")
+    ap.add_argument("--schedulers", default="heuristic,baseline",
+                    help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline)")
+    ap.add_argument("--fast-math", action="store_true", help="build every variant with --fast-math")
     args = ap.parse_args(argv)
     command = "python " + shlex.join(
         [os.path.relpath(__file__, Path.cwd())] + (sys.argv[1:] if argv is None else argv)
@@ -235,61 +240,65 @@ def main(argv: list[str] | None = None) -> int:
             tlm_note = f"tlmpack.runtime unavailable ({type(e).__name__}: {e}); ORT only"
             print(tlm_note, flush=True)
 
+    schedulers = [x.strip() for x in args.schedulers.split(",") if x.strip()]
     rows = []
     for name in args.models:
-        row = dict(model=name, tlm=None, ort=None, err=None, build=None, status="")
+        row = dict(model=name, times={}, err={}, build={}, status=[])
         onnx_path, feed = ensure_model(name, args.dir, args.seed)
         sess = ort_session(onnx_path, threads)
         ort_out = sess.run(None, feed)[0]
-        fns = {"ort": lambda s=sess, f=feed: s.run(None, f)}
-        model = None
-        if tlm_load is not None:
-            tar = args.dir / f"{name}.tar"
-            build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir)
-            row["build"] = build_s
+        fns = {}
+        models = []
+        for scheduler in schedulers if tlm_load is not None else []:
+            suffix = f"{scheduler}{'-fm' if args.fast_math else ''}"
+            tar = args.dir / f"{name}.{suffix}.tar"
+            extra = ["--scheduler", scheduler] + (["--fast-math"] if args.fast_math else [])
+            build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
+            row["build"][scheduler] = build_s
             if err:
-                row["status"] = err
+                row["status"].append(f"{scheduler}: {err}")
                 print(f"[{name}] {err}", flush=True)
-            else:
-                try:
-                    model = tlm_load(tar, device="cpu", num_threads=threads)
-                    tlm_out = model.run(None, feed)[0]
-                    row["err"] = rel_err(tlm_out, ort_out)
-                    if not np.all(np.isfinite(tlm_out)):
-                        row["status"] = "non-finite output"
-                    elif row["err"] > args.tol:
-                        row["status"] = f"rel err > {args.tol:g}"
-                    fns = {"tlmpack": lambda m=model, f=feed: m.run(None, f), **fns}
-                except Exception as e:
-                    row["status"] = f"load/run failed: {type(e).__name__}: {str(e)[:200]}"
-                    print(f"[{name}] {row['status']}", flush=True)
-        times = time_alternating(fns, args.runs, args.warmup)
-        row["tlm"] = times.get("tlmpack")
-        row["ort"] = times["ort"]
+                continue
+            try:
+                model = tlm_load(tar, device="cpu", num_threads=threads)
+                models.append(model)
+                tlm_out = model.run(None, feed)[0]
+                row["err"][scheduler] = rel_err(tlm_out, ort_out)
+                if not np.all(np.isfinite(tlm_out)):
+                    row["status"].append(f"{scheduler}: non-finite output")
+                elif row["err"][scheduler] > args.tol:
+                    row["status"].append(f"{scheduler}: rel err > {args.tol:g}")
+                fns[scheduler] = lambda m=model, f=feed: m.run(None, f)
+            except Exception as e:
+                row["status"].append(f"{scheduler}: load/run failed: {type(e).__name__}: {str(e)[:200]}")
+                print(f"[{name}] {row['status'][-1]}", flush=True)
+        fns["ort"] = lambda s=sess, f=feed: s.run(None, f)
+        row["times"] = time_alternating(fns, args.runs, args.warmup)
         rows.append(row)
-        ratio = f"{statistics.median(row['tlm']) / statistics.median(row['ort']):.2f}x" if row["tlm"] else "-"
-        print(
-            f"[{name}] tlmpack {fmt_ms(row['tlm'])} ms  ORT {fmt_ms(row['ort'])} ms  ratio {ratio}"
-            + (f"  rel err {row['err']:.1e}" if row["err"] is not None else "")
-            + (f"  {row['status']}" if row["status"] else ""),
-            flush=True,
-        )
-        if model is not None and hasattr(model, "close"):
+        ort_ms = statistics.median(row["times"]["ort"])
+        print(f"[{name}] ORT {ort_ms * 1e3:.2f} ms; " + "; ".join(
+            f"{k} {statistics.median(v) * 1e3:.2f} ms ({statistics.median(v) / ort_ms:.2f}x ORT, rel err "
+            f"{row['err'][k]:.1e})" for k, v in row["times"].items() if k != "ort") + (
+            f"  {row['status']}" if row["status"] else ""), flush=True)
+        for model in models:
             model.close()
         del sess
 
+    columns = [s for s in schedulers if any(s in r["times"] for r in rows)]
     table = [
-        "| model | tlmpack ms | ORT ms | tlmpack/ORT | rel err | build s | notes |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| model | " + " | ".join(f"{s} ms" for s in columns) + " | ORT ms | "
+        + " | ".join(f"{s}/ORT" for s in columns) + " | " + " | ".join(f"{s} rel err" for s in columns)
+        + " | build s | notes |",
+        "|---|" + "---:|" * (3 * len(columns) + 2) + "---|",
     ]
     for r in rows:
-        ratio = f"{statistics.median(r['tlm']) / statistics.median(r['ort']):.2f}" if r["tlm"] else "-"
-        err = f"{r['err']:.1e}" if r["err"] is not None else "-"
-        build = "cached" if r["build"] is None and r["tlm"] else (f"{r['build']:.1f}" if r["build"] else "-")
-        table.append(
-            f"| {r['model']} | {fmt_ms(r['tlm'])} | {fmt_ms(r['ort'])} | {ratio} | {err} | {build} | "
-            f"{r['status']} |"
-        )
+        ort_ms = statistics.median(r["times"]["ort"])
+        cells = [fmt_ms(r["times"].get(s)) for s in columns] + [fmt_ms(r["times"]["ort"])]
+        cells += [f"{statistics.median(r['times'][s]) / ort_ms:.2f}" if s in r["times"] else "-" for s in columns]
+        cells += [f"{r['err'][s]:.1e}" if s in r["err"] else "-" for s in columns]
+        builds = [f"{s} {r['build'][s]:.0f}" for s in columns if r["build"].get(s)]
+        cells += [", ".join(builds) or "cached", "; ".join(r["status"])]
+        table.append(f"| {r['model']} | " + " | ".join(cells) + " |")
     try:
         import tvm
 
@@ -297,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         tvm_v = "n/a"
     header = [
-        f"## {time.strftime('%Y-%m-%d %H:%M %Z')} — x86 CPU{' (onnxruntime only)' if len(rows) and not any(r['tlm'] for r in rows) else ''}",
+        f"## {time.strftime('%Y-%m-%d %H:%M %Z')} — x86 CPU{'' if columns else ' (onnxruntime only)'}"
+        + (f": {' vs '.join(columns)} schedules vs onnxruntime" if columns else "")
+        + (" (all built with --fast-math)" if args.fast_math else ""),
         "",
         f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
         + (f" ({cpu_flags()})" if cpu_flags() else ""),

@@ -4,7 +4,8 @@ side in one process per model, each artifact checked against torch first.
 
     python bench/gpu_heuristic_vs_dlight.py --dir DIR [--models a b ...] [--runs 50] [--json OUT]
 
-DIR holds what bench/prepare_gpu_heuristic.sh packed: NAME.heuristic.tar.xz, NAME.dlight.noweights.tar.xz
+DIR holds what bench/prepare_gpu_heuristic.sh packed: NAME.heuristic.tar.xz (or its .partNN pieces,
+spread over several --dir), NAME.dlight.noweights.tar.xz
 (weights.bin is the heuristic artifact's: the same graph and constants), NAME.inputs.npz,
 NAME.ref.npz and NAME.bnstats.npz where the model has BatchNorm. Times are medians of --runs
 after warm-up with inputs and outputs on the GPU (DLPack) and CUDA graph replay: about the
@@ -35,9 +36,24 @@ import tlmpack.runtime as rt  # noqa: E402
 MODELS = ["resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2", "llama-2l-4096"]
 
 
+def _joined(folders: list[Path], filename: str, scratch: Path) -> Path:
+    """FILE, or FILE.partNN pieces (split to fit a carry, maybe over several --dir) joined."""
+    if found := _find(folders, filename):
+        return found
+    parts = sorted((p for folder in folders for p in folder.glob(f"{filename}.part*")), key=lambda p: p.name)
+    if not parts:
+        raise FileNotFoundError(f"no {filename} in {[str(f) for f in folders]}")
+    joined = scratch / filename
+    with open(joined, "wb") as dst:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 24)
+    return joined
+
+
 def unpack(folders: list[Path], name: str, scratch: Path) -> tuple[Path, Path]:
     heuristic = scratch / f"{name}.heuristic"
-    with lzma.open(_find(folders, f"{name}.heuristic.tar.xz")) as f:
+    with lzma.open(_joined(folders, f"{name}.heuristic.tar.xz", scratch)) as f:
         _extract(f, heuristic)
     dlight = scratch / f"{name}.dlight"
     with lzma.open(_find(folders, f"{name}.dlight.noweights.tar.xz")) as f:

@@ -100,6 +100,9 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None):
     import tvm
     from tvm import relax
 
+    from .relax_rewrites import pad_matmul_columns
+
+    mod = pad_matmul_columns(mod)
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([
