@@ -60,12 +60,13 @@ def stats(as_json: bool, data_dir: str | None) -> None:
 @tlm.command()
 @click.option("-n", "count", default=100, show_default=True, help="How many random valid records.")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--back-to-back", is_flag=True, help="Also measure each program twice in a row now.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
-def repeat(count: int, seed: int, data_dir: str | None) -> None:
+def repeat(count: int, seed: int, back_to_back: bool, data_dir: str | None) -> None:
     """Re-measure random x86 records and print the median relative difference of their latencies."""
     from .schedule.data.remeasure import remeasure
 
-    click.echo(json.dumps(remeasure(_store(data_dir), count, seed), sort_keys=True))
+    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back), sort_keys=True))
 
 
 @tlm.command()

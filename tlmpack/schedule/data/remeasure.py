@@ -10,9 +10,11 @@ import time
 from .store import Store
 
 
-def remeasure(store: Store, count: int, seed: int = 0) -> dict:
+def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False) -> dict:
     """Re-measures ``count`` random valid x86 records; reports the median relative difference
-    |new - old| / old and the programs that no longer replay or check."""
+    |new - old| / old (of the medians, and of the minima) and the programs that no longer replay
+    or check. ``back_to_back``: also measure each program twice now, which separates the noise of
+    the procedure from drift in the machine's load since the record was taken."""
     import os
 
     os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
@@ -26,7 +28,7 @@ def remeasure(store: Store, count: int, seed: int = 0) -> dict:
     records = [r for r in store.records("x86") if r.get("valid")]
     chosen = random.Random(seed).sample(records, min(count, len(records)))
     target = x86_target().tvm_target()
-    diffs, failures, started = [], 0, time.perf_counter()
+    diffs, min_diffs, again_diffs, ratios, failures, started = [], [], [], [], 0, time.perf_counter()
     by_task: dict[str, list[dict]] = {}
     for r in chosen:
         by_task.setdefault(r["task"], []).append(r)
@@ -47,7 +49,20 @@ def remeasure(store: Store, count: int, seed: int = 0) -> dict:
                 failures += m is not None
                 continue
             diffs.append(abs(m.median_us - r["median_us"]) / r["median_us"])
-    return {"remeasured": len(diffs), "failures": failures,
-            "median_rel_diff": statistics.median(diffs) if diffs else None,
-            "p90_rel_diff": statistics.quantiles(diffs, n=10)[-1] if len(diffs) >= 10 else None,
+            ratios.append(m.median_us / r["median_us"])
+            min_diffs.append(abs(m.min_us - r["min_us"]) / r["min_us"])
+            if back_to_back:
+                m2 = measure(mod, f"p{i}", args, expected)
+                again_diffs.append(abs(m2.median_us - m.median_us) / m.median_us)
+    return {"remeasured": len(diffs), "failures": failures, "threads": os.environ["TVM_NUM_THREADS"],
+            "median_rel_diff": _median(diffs), "median_new_over_old": _median(ratios), "p90_rel_diff": _p90(diffs),
+            "min_rel_diff": _median(min_diffs), "back_to_back_median_rel_diff": _median(again_diffs),
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def _p90(values: list[float]) -> float | None:
+    return round(statistics.quantiles(values, n=10)[-1], 4) if len(values) >= 10 else None
