@@ -2,13 +2,13 @@
 """tlmpack vs onnxruntime on x86 CPU, side by side.
 
     python bench/bench_x86.py [models...] [--dir DIR] [--threads T] [--runs N] [--warmup W]
-                              [--schedulers heuristic,baseline] [--fast-math]
+                              [--schedulers heuristic,baseline] [--baseline-fast-math]
 
 For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 
 1. ``DIR/<name>.onnx`` and ``DIR/<name>.inputs.npz`` are made with ``tlmpack.zoo`` if missing;
-2. for each scheduler (default: heuristic, the compile-time rules, and baseline, the first
-   release's fixed rules): ``tlmpack build DIR/<name>.onnx -t x86 --scheduler S -o
+2. for each scheduler (default: heuristic, the compile-time rules with fast math, and baseline,
+   the first release's fixed rules with exact math, as it was built then): ``tlmpack build DIR/<name>.onnx -t x86 --scheduler S -o
    DIR/<name>.<S>.tar`` (subprocess; timed; reused when newer than the .onnx unless ``--rebuild``);
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="free text added under the table")
     ap.add_argument("--schedulers", default="heuristic,baseline",
                     help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline)")
-    ap.add_argument("--fast-math", action="store_true", help="build every variant with --fast-math")
+    ap.add_argument("--baseline-fast-math", action="store_true",
+                    help="build the baseline with fast math too (default: --exact-math, as the first release did)")
     args = ap.parse_args(argv)
     command = "python " + shlex.join(
         [os.path.relpath(__file__, Path.cwd())] + (sys.argv[1:] if argv is None else argv)
@@ -250,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         fns = {}
         models = []
         for scheduler in schedulers if tlm_load is not None else []:
-            suffix = f"{scheduler}{'-fm' if args.fast_math else ''}"
-            tar = args.dir / f"{name}.{suffix}.tar"
-            extra = ["--scheduler", scheduler] + (["--fast-math"] if args.fast_math else [])
+            exact = scheduler == "baseline" and not args.baseline_fast_math
+            tar = args.dir / f"{name}.{scheduler}.tar"
+            extra = ["--scheduler", scheduler, "--exact-math" if exact else "--fast-math"]
             build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
             row["build"][scheduler] = build_s
             if err:
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         f"## {time.strftime('%Y-%m-%d %H:%M %Z')} — x86 CPU{'' if columns else ' (onnxruntime only)'}"
         + (f": {' vs '.join(columns)} schedules vs onnxruntime" if columns else "")
-        + (" (all built with --fast-math)" if args.fast_math else ""),
+        + ("" if args.baseline_fast_math else " (baseline with --exact-math, as the first release built it)"),
         "",
         f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
         + (f" ({cpu_flags()})" if cpu_flags() else ""),

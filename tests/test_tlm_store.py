@@ -79,12 +79,12 @@ def test_collect_measures_checks_and_resumes(one_task_store):
     from tlmpack.schedule.data.collect import collect
 
     store, key = one_task_store
-    first = collect(store, ["toy"], per_task=3, seed=1, batch=2, progress=False, say=lambda m: None)
+    first = collect(store, ["toy"], per_task=3, seed=1, batch=2, progress=False, say=lambda m: None, max_wait_s=0)
     records = list(store.records("x86"))
     assert first.measured == len(records) == 3
     assert all(r["task"] == key and r["valid"] and r["median_us"] > 0 and r["rel_err"] < 1e-4 for r in records)
     assert len({(r["sketch"], str(r["decisions"])) for r in records}) == 3
-    again = collect(store, ["toy"], per_task=3, seed=1, progress=False, say=lambda m: None)
+    again = collect(store, ["toy"], per_task=3, seed=1, progress=False, say=lambda m: None, max_wait_s=0)
     assert again.measured == 0 and len(list(store.records("x86"))) == 3
-    more = collect(store, ["toy"], per_task=4, seed=1, progress=False, say=lambda m: None)
+    more = collect(store, ["toy"], per_task=4, seed=1, progress=False, say=lambda m: None, max_wait_s=0)
     assert more.measured == 1

@@ -57,9 +57,9 @@ def main(debug: bool) -> None:
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D0xD1…",
               help="Pin an input's shape, e.g. x:1x3x224x224 (repeatable).")
 @click.option("--cpu", default=None, help="LLVM CPU name for x86 (default: this machine's).")
-@click.option("--fast-math", is_flag=True,
-              help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform); checked within 1e-4 "
-                   "on x86, not yet on CUDA.")
+@click.option("--fast-math/--exact-math", "fast_math", default=True, show_default=True,
+              help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform), checked within 1e-4 "
+                   "of onnxruntime/torch on x86 and CUDA; --exact-math keeps libm's functions.")
 @click.option("--scheduler", default="heuristic", show_default=True,
               type=click.Choice(["heuristic", "baseline", "dlight"]),
               help="Who picks the schedules: heuristic (compile-time rules from the hardware description, "

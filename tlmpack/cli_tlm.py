@@ -29,15 +29,17 @@ def _store(data_dir: str | None):
 @click.option("--batch", default=8, show_default=True, help="Programs built per tvm.compile and flushed together.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 @click.option("--no-progress", is_flag=True, help="One line per task instead of a progress bar.")
+@click.option("--max-wait-s", default=30.0, show_default=True,
+              help="Before timing a program, wait up to this long for other processes to leave the cores free.")
 def collect(models: str | None, target: str, per_task: int, seed: int, budget_minutes: float | None, batch: int,
-            data_dir: str | None, no_progress: bool) -> None:
+            data_dir: str | None, no_progress: bool, max_wait_s: float) -> None:
     """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
     from .schedule.data.collect import collect as run
     from .schedule.data.corpus import DEFAULT_ORDER
 
     names = [m.strip() for m in models.split(",")] if models else list(DEFAULT_ORDER)
     summary = run(_store(data_dir), names, per_task, seed, budget_minutes, batch,
-                  say=lambda m: click.echo(m, err=True), progress=not no_progress)
+                  say=lambda m: click.echo(m, err=True), progress=not no_progress, max_wait_s=max_wait_s)
     click.echo(json.dumps(summary.to_json(), sort_keys=True))
     if summary.stopped == "interrupted":
         sys.exit(130)

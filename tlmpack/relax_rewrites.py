@@ -40,6 +40,9 @@ def pad_matmul_columns(mod):
             rank = len(product.ty.shape)
             return relax.op.strided_slice(product, axes=[rank - 1], begin=[0], end=[columns])
 
-    functions = {gv.name_hint: fn for gv, fn in mod.functions.items()}
-    functions["main"] = _Pad().visit_expr(mod["main"])
+    main = _Pad().visit_expr(mod["main"])
+    if main.same_as(mod["main"]):
+        return mod
+    functions = dict(mod.functions.items())  # the same GlobalVars: calls into other functions still resolve
+    functions[mod.get_global_var("main")] = main
     return tvm.IRModule(functions, attrs=mod.attrs)

@@ -90,7 +90,8 @@ def _decisions_key(decisions: list) -> tuple:
 
 
 def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budget_minutes: float | None = None,
-            batch: int = 8, say: Callable[[str], None] = print, progress: bool = True) -> CollectSummary:
+            batch: int = 8, say: Callable[[str], None] = print, progress: bool = True,
+            max_wait_s: float = 30.0) -> CollectSummary:
     """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86."""
     os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     import tvm
@@ -162,7 +163,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                     if isinstance(mod, str):
                         m = Measurement(False, error=mod)
                     else:
-                        m = measure(mod, f"p{i}", args, expected)
+                        m = measure(mod, f"p{i}", args, expected, max_wait_s=max_wait_s)
                     summary.measured += 1
                     summary.valid += m.valid
                     if not m.valid:
