@@ -171,8 +171,10 @@ def ort_session(onnx_path: Path, threads: int):
     return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
 
-def time_alternating(fns: dict[str, callable], runs: int, warmup: int) -> dict[str, list[float]]:
-    """Warm each up, then ``runs`` rounds; round i runs the engines in rotated order."""
+def time_alternating(fns: dict[str, callable], runs: int, warmup: int, pause_s: float = 0.1) -> dict[str, list[float]]:
+    """Warm each up, then ``runs`` rounds; round i runs the engines in rotated order. A pause
+    before each timed run lets the previous engine's spinning worker threads (onnxruntime's and
+    ours both spin a while after a run) go to sleep, so no engine pays for another's spin."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -181,6 +183,7 @@ def time_alternating(fns: dict[str, callable], runs: int, warmup: int) -> dict[s
     for i in range(runs):
         order = names[i % len(names) :] + names[: i % len(names)]
         for n in order:
+            time.sleep(pause_s)
             t0 = time.perf_counter()
             fns[n]()
             times[n].append(time.perf_counter() - t0)
