@@ -31,15 +31,18 @@ def _store(data_dir: str | None):
 @click.option("--no-progress", is_flag=True, help="One line per task instead of a progress bar.")
 @click.option("--max-wait-s", default=30.0, show_default=True,
               help="Before timing a program, wait up to this long for other processes to leave the cores free.")
+@click.option("--threads", default=None, type=int,
+              help="Build for and run on this many cores (default: all); the records' hardware says so.")
 def collect(models: str | None, target: str, per_task: int, seed: int, budget_minutes: float | None, batch: int,
-            data_dir: str | None, no_progress: bool, max_wait_s: float) -> None:
+            data_dir: str | None, no_progress: bool, max_wait_s: float, threads: int | None) -> None:
     """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
     from .schedule.data.collect import collect as run
     from .schedule.data.corpus import DEFAULT_ORDER
 
     names = [m.strip() for m in models.split(",")] if models else list(DEFAULT_ORDER)
     summary = run(_store(data_dir), names, per_task, seed, budget_minutes, batch,
-                  say=lambda m: click.echo(m, err=True), progress=not no_progress, max_wait_s=max_wait_s)
+                  say=lambda m: click.echo(m, err=True), progress=not no_progress, max_wait_s=max_wait_s,
+                  threads=threads)
     click.echo(json.dumps(summary.to_json(), sort_keys=True))
     if summary.stopped == "interrupted":
         sys.exit(130)
@@ -63,19 +66,23 @@ def stats(as_json: bool, data_dir: str | None) -> None:
 @click.option("-n", "count", default=100, show_default=True, help="How many random valid records.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--back-to-back", is_flag=True, help="Also measure each program twice in a row now.")
+@click.option("--threads", default=None, type=int, help="Re-measure the records taken on this many cores.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
-def repeat(count: int, seed: int, back_to_back: bool, data_dir: str | None) -> None:
+def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, data_dir: str | None) -> None:
     """Re-measure random x86 records and print the median relative difference of their latencies."""
     from .schedule.data.remeasure import remeasure
 
-    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back), sort_keys=True))
+    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads), sort_keys=True))
 
 
 @tlm.command()
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 @click.option("--heuristic", is_flag=True, help="Also build and measure the heuristic schedule of every task.")
-def table(data_dir: str | None, heuristic: bool) -> None:
+@click.option("--models", default=None, help="Only the tasks of these comma-separated corpus models.")
+@click.option("--threads", default=None, type=int, help="Only records taken on this many cores (default: all cores).")
+def table(data_dir: str | None, heuristic: bool, models: str | None, threads: int | None) -> None:
     """A markdown table per task: valid records, best and median latency (and the heuristic's)."""
     from .schedule.data.report import task_table
 
-    click.echo(task_table(_store(data_dir), heuristic=heuristic))
+    chosen = [m.strip() for m in models.split(",")] if models else None
+    click.echo(task_table(_store(data_dir), heuristic=heuristic, models=chosen, threads=threads))

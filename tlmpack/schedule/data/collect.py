@@ -8,6 +8,7 @@ import os
 import platform
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,10 +78,23 @@ def ensure_tasks(store: Store, models: list[str], say: Callable[[str], None]) ->
     return out
 
 
-def _existing(store: Store, target: str) -> dict[str, set]:
-    """task key → the points (sketch, decisions) already recorded for it."""
+def use_threads(threads: int | None) -> int:
+    """Sets TVM's runtime thread count (before its pool starts) and returns it."""
+    threads = threads or len(os.sched_getaffinity(0))
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    return threads
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _existing(store: Store, target: str, cores: int) -> dict[str, set]:
+    """task key → the points (sketch, decisions) already recorded for it on ``cores`` cores."""
     done: dict[str, set] = {}
     for r in store.records(target):
+        if r.get("hardware", {}).get("cores") != cores:
+            continue
         done.setdefault(r["task"], set()).add((r["sketch"], _decisions_key(r["decisions"])))
     return done
 
@@ -91,9 +105,13 @@ def _decisions_key(decisions: list) -> tuple:
 
 def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budget_minutes: float | None = None,
             batch: int = 8, say: Callable[[str], None] = print, progress: bool = True,
-            max_wait_s: float = 30.0) -> CollectSummary:
-    """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86."""
-    os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+            max_wait_s: float = 30.0, threads: int | None = None) -> CollectSummary:
+    """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86,
+    built for and run on ``threads`` cores (default: all). On a shared host, fewer threads than
+    cores keeps timings clean while other work holds the remaining cores."""
+    threads = use_threads(threads)
+    import signal
+
     import tvm
 
     import tlmpack
@@ -109,11 +127,14 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     deadline = started + budget_minutes * 60 if budget_minutes else float("inf")
     summary = CollectSummary()
     tasks = ensure_tasks(store, models, say)
-    done = _existing(store, "x86")
+    done = _existing(store, "x86", threads)
     from ...lower.x86 import x86_target
 
-    target = x86_target()
+    target = x86_target(num_cores=threads)
     tvm_target = target.tvm_target()
+    max_other = (os.cpu_count() or threads) - threads + 0.5  # other work may hold the cores we leave free
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # kill = Ctrl-C: the batch in flight is the only loss
     hardware = {**detect_x86(target.features, target.num_cores).to_json(), "llvm_cpu": target.cpu,
                 "features": list(target.features)}
     common = {"v": RECORD_VERSION, "target": "x86", "hardware": hardware, "machine": machine(),
@@ -163,7 +184,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                     if isinstance(mod, str):
                         m = Measurement(False, error=mod)
                     else:
-                        m = measure(mod, f"p{i}", args, expected, max_wait_s=max_wait_s)
+                        m = measure(mod, f"p{i}", args, expected, max_wait_s=max_wait_s, max_other=max_other)
                     summary.measured += 1
                     summary.valid += m.valid
                     if not m.valid:

@@ -162,7 +162,7 @@ def time_program(mod, name: str, tensors, repeats: int = 5, min_repeat_ms: int =
 
 
 def measure(mod, name: str, args: list[np.ndarray], expected: list[np.ndarray], repeats: int = 5,
-            max_wait_s: float = 30.0) -> Measurement:
+            max_wait_s: float = 30.0, max_other: float = 0.5) -> Measurement:
     """Checks one built program, then times it (after waiting up to ``max_wait_s`` for quiet cores)."""
     import tvm
 
@@ -176,7 +176,7 @@ def measure(mod, name: str, args: list[np.ndarray], expected: list[np.ndarray], 
     ok, err, why = check([t.numpy() for t in tensors[len(args) - len(expected):]], expected)
     if not ok:
         return Measurement(False, rel_err=err, error=why)
-    load = wait_quiet(timeout_s=max_wait_s)
+    load = wait_quiet(max_other, timeout_s=max_wait_s)
     times = time_program(mod, name, tensors, repeats=3 if first > 0.2 else repeats)
     median = statistics.median(times)
     return Measurement(True, median * 1e6, min(times) * 1e6, (max(times) - min(times)) / median, len(times), err,

@@ -10,14 +10,17 @@ import time
 from .store import Store
 
 
-def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False) -> dict:
+def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False, threads: int | None = None
+              ) -> dict:
     """Re-measures ``count`` random valid x86 records; reports the median relative difference
     |new - old| / old (of the medians, and of the minima) and the programs that no longer replay
     or check. ``back_to_back``: also measure each program twice now, which separates the noise of
     the procedure from drift in the machine's load since the record was taken."""
     import os
 
-    os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    from .collect import use_threads
+
+    threads = use_threads(threads)
     from ...lower.x86 import x86_target
     from ..records import Decision
     from ..space import DesignSpace
@@ -25,9 +28,9 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
     from .measure import compile_batch, measure, run_reference
     from .sample import replay_point
 
-    records = [r for r in store.records("x86") if r.get("valid")]
+    records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == threads]
     chosen = random.Random(seed).sample(records, min(count, len(records)))
-    target = x86_target().tvm_target()
+    target = x86_target(num_cores=threads).tvm_target()
     diffs, min_diffs, again_diffs, ratios, failures, started = [], [], [], [], 0, time.perf_counter()
     by_task: dict[str, list[dict]] = {}
     for r in chosen:

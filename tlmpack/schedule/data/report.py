@@ -8,16 +8,16 @@ import statistics
 from .store import Store
 
 
-def latencies(store: Store, target: str = "x86") -> dict[str, list[float]]:
-    """task key → the median latencies (µs) of its valid records."""
+def latencies(store: Store, cores: int, target: str = "x86") -> dict[str, list[float]]:
+    """task key → the median latencies (µs) of its valid records taken on ``cores`` cores."""
     out: dict[str, list[float]] = {}
     for r in store.records(target):
-        if r.get("valid"):
+        if r.get("valid") and r["hardware"]["cores"] == cores:
             out.setdefault(r["task"], []).append(r["median_us"])
     return out
 
 
-def heuristic_latency(store: Store, key: str) -> tuple[float | None, str]:
+def heuristic_latency(store: Store, key: str, cores: int) -> tuple[float | None, str]:
     """Builds and measures the heuristic schedule of one stored task (plain weights, like the
     random programs): (median µs or None, the rule or fallback that chose it)."""
     from ...lower.x86 import x86_target
@@ -26,7 +26,7 @@ def heuristic_latency(store: Store, key: str) -> tuple[float | None, str]:
     from .corpus import load_func
     from .measure import compile_batch, measure, run_reference
 
-    target = x86_target()
+    target = x86_target(num_cores=cores)
     tvm_target = target.tvm_target()
     task = store.task(key)
     func = load_func(task)
@@ -46,14 +46,22 @@ def heuristic_latency(store: Store, key: str) -> tuple[float | None, str]:
     return (m.median_us if m.valid else None), who
 
 
-def task_table(store: Store, heuristic: bool = False) -> str:
-    """Markdown: one row per task with records, best, median, median/best (and the heuristic)."""
-    lat = latencies(store)
+def task_table(store: Store, heuristic: bool = False, models: list[str] | None = None,
+               threads: int | None = None) -> str:
+    """Markdown: one row per task with records, best, median, median/best (and the heuristic);
+    ``models``: only the tasks of these corpus models."""
+    from .collect import use_threads
+
+    threads = use_threads(threads)
+    lat = latencies(store, threads)
     names = {}
     for path in sorted((store.root / "corpus").glob("*.json")):
         entry = store.corpus(path.stem)
+        if models and entry["model"] not in models:
+            continue
         for t in entry["tasks"]:
             names.setdefault(t["key"], (t["name"], entry["model"]))
+    lat = {k: v for k, v in lat.items() if k in names}
     head = "| task | model | records | best µs | median µs | median/best |"
     rule = "|---|---|---:|---:|---:|---:|"
     if heuristic:
@@ -65,7 +73,7 @@ def task_table(store: Store, heuristic: bool = False) -> str:
         best, median = min(values), statistics.median(values)
         row = f"| {name} `{key[:8]}` | {model} | {len(values)} | {best:.1f} | {median:.1f} | {median / best:.2f} |"
         if heuristic:
-            h, who = heuristic_latency(store, key)
+            h, who = heuristic_latency(store, key, threads)
             row += f" {h:.1f} | {h / best:.2f} | {who} |" if h is not None else f" - | - | {who} |"
         rows.append(row)
     return "\n".join(rows)

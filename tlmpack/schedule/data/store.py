@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 RECORD_VERSION = 1
+QUIET_LOAD = 0.5  # a record timed while other processes kept more cores busy than this is noisy
 
 
 def default_root() -> Path:
@@ -87,14 +88,17 @@ class Store:
         counts: dict[str, int] = {"x86": 0, "cuda": 0}
         invalid: dict[str, int] = {"x86": 0, "cuda": 0}
         per_task: dict[str, int] = {}
+        quiet: dict[str, int] = {"x86": 0, "cuda": 0}
         for r in self.records():
             target = r.get("target", "?")
             if r.get("valid"):
                 counts[target] = counts.get(target, 0) + 1
+                if r.get("other_load", 0.0) <= QUIET_LOAD:
+                    quiet[target] = quiet.get(target, 0) + 1
                 per_task[r["task"]] = per_task.get(r["task"], 0) + 1
             else:
                 invalid[target] = invalid.get(target, 0) + 1
-        return {"tasks": len(self.task_keys()), "records": counts, "invalid": invalid,
+        return {"tasks": len(self.task_keys()), "records": counts, "invalid": invalid, "quiet": quiet,
                 "tasks_with_records": len(per_task),
                 "models": sorted(p.stem for p in (self.root / "corpus").glob("*.json"))}
 
