@@ -1,0 +1,412 @@
+"""CUDA programs for the dataset: sampled here (TVM), measured on a GPU machine (no TVM there).
+
+Here: for each task, seeded random legal points of its CUDA design space (DesignSpace with the
+postprocessors, VerifyGPUCode included) plus the task's dlight schedule as the trusted reference,
+all turned into CUDA source and launch lists by ``lower.cuda.generate`` (TVM's own pipeline, the
+launch dimensions read from the host code after SplitHostDevice). A batch folder holds:
+
+    batch.json.gz      tasks (parameter shapes/dtypes, outputs, reference program), programs (task,
+                       sketch, decisions, shard, launches, workspaces), build failures
+    shard_NNNN.cu.gz   one nvcc unit (gzip) per shard, many programs each; every program's id is unique in
+                       the batch and its kernels are named after it (``<id>_kernel…``)
+
+There: ``bench/gpu_measure_programs.py`` compiles the shards (nvcc -cubin), runs every program on
+the task's seeded random inputs, checks it against the reference's outputs, times it with CUDA
+events and writes results.json.gz. Back here: ``import_results`` appends the records (valid and
+invalid) to the store under records/cuda/, with the x86 records' fields.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..records import Decision
+from .store import RECORD_VERSION, Store
+
+ARCH = "sm_90"
+BATCH_VERSION = 1
+MAX_THREADS = 1024  # VerifyGPUCode's limits (per block)
+MAX_VTHREAD = 8
+
+
+# ------------------------------------------------------------------------------------------------
+# Sampling
+# ------------------------------------------------------------------------------------------------
+
+def cuda_tvm_target(arch: str = ARCH):
+    """The TVM target the build uses for ``arch`` (lower.cuda.CudaTarget.tvm_target; nvcc not needed)."""
+    return _code_target(arch).tvm_target()
+
+
+def _code_target(arch: str = ARCH):
+    from ...lower.cuda import CudaTarget
+
+    return CudaTarget((arch,), "nvcc", "0.0.0")  # generate() needs only the arch
+
+
+def guided_decider(rng: random.Random):
+    """Uniform among a site's legal values, restricted by two necessary conditions of VerifyGPUCode
+    that MetaSchedule's SSSRRSRS tiling makes visible at the tile sites: the product of the thread
+    factors (index 2 of the 5-way spatial tiles) stays <= 1024 and the product of the virtual-thread
+    factors (index 1) <= 8. Every value it returns is legal for its site; points the postprocessors
+    still refuse (shared memory, ...) are rejected as with plain uniform sampling. One decider per
+    replay (it keeps the running products)."""
+    from ..space import legal_values
+
+    state = {"threads": 1, "vthreads": 1}
+
+    def decide(site, _sampled):
+        values = legal_values(site)
+        if site.kind == "tile" and site.parts == 5:
+            ok = [v for v in values if state["threads"] * v[2] <= MAX_THREADS
+                  and state["vthreads"] * v[1] <= MAX_VTHREAD]
+            value = rng.choice(ok or values)
+            state["threads"] *= value[2]
+            state["vthreads"] *= value[1]
+            return value
+        return rng.choice(values)
+
+    return decide
+
+
+@dataclass(frozen=True)
+class CudaPoint:
+    sketch: int
+    decisions: tuple[Decision, ...]
+    func: Any
+
+    def key(self) -> tuple:
+        return (self.sketch, tuple((d.kind, d.value) for d in self.decisions))
+
+
+def sample_cuda_point(space, rng: random.Random) -> CudaPoint | None:
+    """One random legal point of a CUDA space (None when the postprocessors refuse it)."""
+    sketch = rng.randrange(len(space.sketches))
+    replayed = space.replay(sketch, guided_decider(rng), locations=True)
+    if replayed is None:
+        return None
+    return CudaPoint(sketch, replayed[1], replayed[0])
+
+
+def dlight_schedule(func, tvm_target):
+    """The task under dlight's default GPU rules (the reference schedule), or None."""
+    from tvm import s_tir
+
+    from ...lower.cuda import _dlight_rules
+
+    for rule in _dlight_rules():
+        try:
+            with tvm_target:
+                space = rule.apply(func, tvm_target, False)
+        except Exception:  # noqa: BLE001  a rule that matched but could not finish
+            continue
+        if space is None:
+            continue
+        sch = space[0] if isinstance(space, list) else space
+        if isinstance(sch, s_tir.Schedule):
+            return sch.mod["main"]
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Code generation
+# ------------------------------------------------------------------------------------------------
+
+def generate_group(funcs: dict[str, Any], arch: str = ARCH) -> tuple[list[tuple[str, list[str]]], dict, dict]:
+    """Programs → [(CUDA source, program ids in it)], launches per id, build error per id.
+    One TVM build for the group; when it fails, halves, so one bad program sinks no others."""
+    from ...lower.cuda import generate
+
+    target = _code_target(arch)
+    names = list(funcs)
+    try:
+        source, launches = generate({n: funcs[n].with_attr("tirx.is_scheduled", True) for n in names}, target)
+        return [(source, names)], {n: launches[n].to_json() for n in names}, {}
+    except Exception as e:  # noqa: BLE001  LoweringError or anything TVM raises
+        if len(names) == 1:
+            text = str(e).strip().splitlines()
+            return [], {}, {names[0]: f"build: {type(e).__name__}: {(text[0] if text else '')[:200]}"}
+    half = len(names) // 2
+    out_sources, out_launches, out_errors = [], {}, {}
+    for part in (names[:half], names[half:]):
+        s, la, er = generate_group({n: funcs[n] for n in part}, arch)
+        out_sources += s
+        out_launches.update(la)
+        out_errors.update(er)
+    return out_sources, out_launches, out_errors
+
+
+def _params(func) -> list[dict]:
+    return [{"shape": [int(d) for d in p.shape], "dtype": str(p.dtype)}
+            for p in func.params]
+
+
+@dataclass
+class BatchSummary:
+    tasks: int = 0
+    tasks_skipped: int = 0
+    programs: int = 0  # sampled programs in the batch (build failures included)
+    build_failed: int = 0
+    sampled: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    shards: int = 0
+    seconds: float = 0.0
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {**self.__dict__, "programs_per_s": round(self.programs / max(self.seconds, 1e-9), 2),
+                "rejection_rate": round(self.rejected / max(self.sampled, 1), 4)}
+
+
+def select_tasks(store: Store, count: int, seed: int = 0, max_param_mb: float = 256.0) -> list[str]:
+    """``count`` corpus tasks, seeded, spread over the corpus (parameters under ``max_param_mb``)."""
+    import numpy as np
+
+    keys = store.task_keys()
+    random.Random(seed).shuffle(keys)
+    out = []
+    for key in keys:
+        if len(out) >= count:
+            break
+        task = store.task(key)
+        if any(d not in ("float32", "int32", "int64", "bool") for d in task.get("dtypes", [])):
+            continue
+        size = 0
+        for m in __import__("re").finditer(r"T\.Buffer\(\(([^)]*)\), \"(\w+)\"\)", task["script"]):
+            dims = [int(x) for x in m.group(1).replace(" ", "").split(",") if x.strip().isdigit()]
+            size += int(np.prod(dims or [1])) * np.dtype(m.group(2)).itemsize
+        if size <= max_param_mb * 2**20:
+            out.append(key)
+    return out
+
+
+def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Path, seed: int = 0,
+                programs_per_shard: int = 48, max_tries: int = 0, budget_s: float | None = None,
+                say: Callable[[str], None] = print, arch: str = ARCH, prefix: str = "") -> BatchSummary:
+    """Samples ``per_task`` random legal CUDA programs of every task in ``keys`` (seeded), adds the
+    task's dlight reference, generates CUDA and writes the batch folder (see the module doc)."""
+    import tvm
+
+    from ..language import LANGUAGE_VERSION
+    from ..space import DesignSpace
+    from .corpus import load_func
+
+    started = time.perf_counter()
+    max_tries = max_tries or 40 * per_task
+    deadline = started + budget_s if budget_s else float("inf")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{prefix}shard_*.cu.gz"):
+        old.unlink()
+    tvm_target = _code_target(arch).tvm_target()
+    summary = BatchSummary()
+    tasks: dict[str, dict] = {}
+    programs: list[dict] = []
+    failed: list[dict] = []
+    pending: dict[str, Any] = {}  # program id -> scheduled func, waiting for the next shard
+    meta: dict[str, dict] = {}
+
+    def flush() -> None:
+        if not pending:
+            return
+        groups, launches, errors = generate_group(dict(pending), arch)
+        for source, names in groups:
+            shard = f"{prefix}shard_{summary.shards:04d}.cu"
+            summary.shards += 1
+            with gzip.GzipFile(out / f"{shard}.gz", "wb", mtime=0) as f:  # text: about 10x smaller
+                f.write(source.encode())
+            for n in names:
+                programs.append({**meta[n], "id": n, "shard": shard, **launches[n]})
+        for n, err in errors.items():
+            if meta[n]["reference"]:
+                tasks[meta[n]["task"]]["reference_error"] = err
+            else:
+                failed.append({**meta[n], "id": n, "error": err})
+                summary.build_failed += 1
+        pending.clear()
+
+    for ti, key in enumerate(keys):
+        if time.perf_counter() > deadline:
+            break
+        task = store.task(key)
+        func = load_func(task)
+        ref = dlight_schedule(func, tvm_target)
+        if ref is None:
+            summary.tasks_skipped += 1
+            summary.skipped[key] = "no dlight rule"
+            continue
+        space = DesignSpace(func, tvm_target, seed=seed)
+        rng = random.Random(f"cuda:{seed}:{key}")
+        tid = f"{prefix}t{ti:04d}"
+        tasks[key] = {"name": task["name"], "model": task.get("first_model", ""), "num_outputs": task["num_outputs"],
+                      "params": _params(func), "reference": f"{tid}_ref", "input_seed": (int(key[:8], 16) ^ seed)
+                      & 0x7FFFFFFF}
+        meta[f"{tid}_ref"] = {"task": key, "reference": True, "sketch": -1, "decisions": []}
+        pending[f"{tid}_ref"] = ref
+        seen: set = set()
+        tries = 0
+        while len(seen) < per_task and tries < max_tries and time.perf_counter() < deadline:
+            tries += 1
+            summary.sampled += 1
+            point = sample_cuda_point(space, rng)
+            if point is None:
+                summary.rejected += 1
+                continue
+            if point.key() in seen:
+                summary.duplicates += 1
+                continue
+            seen.add(point.key())
+            pid = f"{tid}_p{len(seen) - 1:03d}"
+            meta[pid] = {"task": key, "reference": False, "sketch": point.sketch,
+                         "decisions": [d.to_json() for d in point.decisions]}
+            pending[pid] = point.func
+            summary.programs += 1
+        summary.tasks += 1
+        if len(pending) >= programs_per_shard:
+            flush()
+        say(f"[{ti + 1}/{len(keys)}] {task['name'][:32]}: {len(seen)} programs "
+            f"({summary.programs} total, {summary.programs / (time.perf_counter() - started):.2f}/s)")
+    flush()
+    # a task whose reference did not build cannot check anything: its programs go as invalid
+    for key, t in tasks.items():
+        if "reference_error" in t:
+            for p in [p for p in programs if p["task"] == key]:
+                failed.append({**{k: p[k] for k in ("task", "reference", "sketch", "decisions", "id")},
+                               "error": f"reference {t['reference_error']}"})
+            programs = [p for p in programs if p["task"] != key]
+    summary.seconds = time.perf_counter() - started
+    batch = {"version": BATCH_VERSION, "arch": arch, "seed": seed, "tvm": tvm.__version__,
+             "language_version": LANGUAGE_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "tasks": tasks, "programs": programs, "failed": failed,
+             "shards": sorted({p["shard"] for p in programs}), "summary": summary.to_json()}
+    with gzip.open(out / f"{prefix}batch.json.gz", "wt") as f:
+        json.dump(batch, f)
+    return summary
+
+
+def read_json(path: str | Path) -> dict:
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+# ------------------------------------------------------------------------------------------------
+# Import
+# ------------------------------------------------------------------------------------------------
+
+def records_from_results(batch: dict, results: dict) -> list[dict]:
+    """Store records (x86 records' fields, target "cuda") for every sampled program of the batch:
+    measured ones with their outcome, build failures and unmeasured ones as invalid."""
+    import tlmpack
+
+    from ..hardware import cuda_hardware
+
+    info = results.get("machine", {})
+    common = {"v": RECORD_VERSION, "target": "cuda", "hardware": cuda_hardware(batch["arch"]).to_json(),
+              "machine": {"host": info.get("host", ""), "gpu": info.get("gpu", ""), "cpu": info.get("cpu", ""),
+                          "cores": info.get("cores", 0), "driver": info.get("driver", ""),
+                          "nvcc": info.get("nvcc", ""), "torch": info.get("torch", "")},
+              "tlmpack": tlmpack.__version__, "tvm": batch["tvm"], "language_version": batch["language_version"],
+              "seed": batch["seed"], "other_load": 0.0, "loadavg": info.get("loadavg", 0.0)}
+    measured = {r["id"]: r for r in results.get("results", [])}
+    when = results.get("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    out = []
+    for p in batch["programs"] + batch["failed"]:
+        if p.get("reference"):
+            continue
+        task = batch["tasks"].get(p["task"], {})
+        r = measured.get(p["id"])
+        if "error" in p and p["id"] not in measured:
+            outcome = {"valid": False, "error": p["error"]}
+        elif r is None:
+            continue  # not measured (the GPU run ran out of time): no record, it may be measured later
+        else:
+            outcome = {k: r.get(k) for k in ("valid", "error")}
+        rec = {**common, "task": p["task"], "task_name": task.get("name", ""), "model": task.get("model", ""),
+               "sketch": p["sketch"], "decisions": p["decisions"], "valid": bool(outcome["valid"]),
+               "error": outcome["error"] or "", "median_us": 0.0, "min_us": 0.0, "spread": 0.0, "repeats": 0,
+               "rel_err": 0.0, "time": r.get("time", when) if r else when}
+        if r is not None:
+            rec["rel_err"] = float(f"{r.get('rel_err', 0.0):.3g}") if r.get("rel_err") is not None else 0.0
+            if rec["valid"]:
+                rec.update(median_us=round(r["median_us"], 3), min_us=round(r["min_us"], 3),
+                           spread=round(r["spread"], 4), repeats=r["repeats"])
+        out.append(rec)
+    return out
+
+
+def import_results(store: Store, batch_dir: str | Path, results_path: str | Path, run: str | None = None) -> dict:
+    """Appends the records of one GPU run to the store (one shard); returns counts and repeatability."""
+    results = read_json(results_path)
+    records = []
+    for path in sorted(Path(batch_dir).glob("*batch.json.gz")):  # one per generating process
+        records += records_from_results(read_json(path), results)
+    writer = store.writer("cuda", run)
+    for i in range(0, len(records), 500):
+        writer.append(records[i:i + 500])
+    valid = sum(r["valid"] for r in records)
+    return {"records": len(records), "valid": valid, "invalid": len(records) - valid,
+            "shard": str(writer.path), "repeat": repeatability(results)}
+
+
+def repeatability(results: dict) -> dict:
+    """Median relative difference of the second pass's medians against the first pass's."""
+    first = {r["id"]: r for r in results.get("results", []) if r.get("valid")}
+    diffs = [abs(r["median_us"] - first[r["id"]]["median_us"]) / first[r["id"]]["median_us"]
+             for r in results.get("repeat", []) if r.get("valid") and r["id"] in first
+             and first[r["id"]]["median_us"] > 0]
+    if not diffs:
+        return {"count": 0}
+    diffs.sort()
+    return {"count": len(diffs), "median_rel_diff": round(statistics.median(diffs), 4),
+            "p90_rel_diff": round(diffs[int(0.9 * (len(diffs) - 1))], 4), "max_rel_diff": round(diffs[-1], 4)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line: python -m tlmpack.schedule.data.cuda_programs build|import ...
+# ------------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tlmpack.schedule.data.cuda_programs")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="sample programs and write a batch folder")
+    b.add_argument("out")
+    b.add_argument("--tasks", type=int, default=20, help="how many corpus tasks (seeded choice)")
+    b.add_argument("--per-task", type=int, default=10)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--budget-s", type=float, default=None)
+    b.add_argument("--part", type=int, default=0, help="this process's share of the tasks (with --parts)")
+    b.add_argument("--parts", type=int, default=1)
+    b.add_argument("--data", default=None)
+    i = sub.add_parser("import", help="append a GPU run's results to the store")
+    i.add_argument("batch_dir")
+    i.add_argument("results")
+    i.add_argument("--data", default=None)
+    args = ap.parse_args(argv)
+    from .store import default_root
+
+    store = Store(args.data or default_root())
+    if args.cmd == "build":
+        keys = select_tasks(store, args.tasks, seed=args.seed)[args.part::args.parts]
+        prefix = chr(ord("a") + args.part) if args.parts > 1 else ""
+        summary = build_batch(store, keys, args.per_task, args.out, seed=args.seed, budget_s=args.budget_s,
+                              prefix=prefix)
+        print(json.dumps(summary.to_json()))
+    else:
+        print(json.dumps(import_results(store, args.batch_dir, args.results)))
+
+
+if __name__ == "__main__":
+    main()
