@@ -382,7 +382,7 @@ def main() -> None:
     ap.add_argument("--repeat-count", type=int, default=100)
     ap.add_argument("--repeat-s", type=float, default=40.0, help="kept for the second pass")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--min-repeat-ms", type=float, default=1.0)
+    ap.add_argument("--min-repeat-ms", type=float, default=2.0)
     ap.add_argument("--max-number", type=int, default=2000)
     ap.add_argument("--hang-s", type=float, default=30.0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import statistics
 import time
@@ -131,6 +132,8 @@ def generate_group(funcs: dict[str, Any], arch: str = ARCH) -> tuple[list[tuple[
         source, launches = generate({n: funcs[n].with_attr("tirx.is_scheduled", True) for n in names}, target)
         return [(source, names)], {n: launches[n].to_json() for n in names}, {}
     except Exception as e:  # noqa: BLE001  LoweringError or anything TVM raises
+        if os.environ.get("TLMPACK_DEBUG_GENERATE"):
+            print(f"generate failed for {len(names)} programs: {str(e)[:300]}", flush=True)
         if len(names) == 1:
             text = str(e).strip().splitlines()
             return [], {}, {names[0]: f"build: {type(e).__name__}: {(text[0] if text else '')[:200]}"}
@@ -253,16 +256,17 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
         meta[f"{tid}_ref"] = {"task": key, "reference": True, "sketch": -1, "decisions": []}
         pending[f"{tid}_ref"] = ref
         seen: set = set()
-        tries = 0
-        while len(seen) < per_task and tries < max_tries and time.perf_counter() < deadline:
+        tries = dups = 0
+        while len(seen) < per_task and tries < max_tries and dups < 3 * per_task and time.perf_counter() < deadline:
             tries += 1
             summary.sampled += 1
             point = sample_cuda_point(space, rng)
             if point is None:
                 summary.rejected += 1
                 continue
-            if point.key() in seen:
+            if point.key() in seen:  # small spaces: stop once new points stop coming
                 summary.duplicates += 1
+                dups += 1
                 continue
             seen.add(point.key())
             pid = f"{tid}_p{len(seen) - 1:03d}"
