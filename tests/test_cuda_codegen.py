@@ -188,7 +188,8 @@ def test_cuda_builds_are_byte_identical(cuda_artifact, tmp_path):
 
     onnx_path, first, _ = cuda_artifact("mlp")
     second = tmp_path / "again.tar"
-    build(str(onnx_path), second, BuildOptions(targets=("cuda", "x86"), cuda_archs=("sm_90", "sm_80")))
+    build(str(onnx_path), second, BuildOptions(targets=("cuda", "x86"), cuda_archs=("sm_90", "sm_80"),
+                                               scheduler=SCHEDULER["mlp"]))
     assert first.read_bytes() == second.read_bytes()
 
 
