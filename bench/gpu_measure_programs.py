@@ -54,12 +54,16 @@ def compile_shards(batch_dirs: list[Path], work: Path, arch: str, jobs: int) -> 
     for d in batch_dirs:
         for gz in sorted(d.glob("*shard_*.cu.gz")):
             cu = work / f"{d.name}__{gz.name[:-3]}"
-            cu.write_bytes(gzip.decompress(gz.read_bytes()))
+            if not Path(f"{d}/{gz.name[:-3]}.cubin").is_file():
+                cu.write_bytes(gzip.decompress(gz.read_bytes()))
             todo.append((f"{d}/{gz.name[:-3]}", cu))
 
     def run(item):
         key, cu = item
         cubin = cu.with_suffix(".cubin")
+        built = Path(key + ".cubin")  # compiled beforehand (--compile-only, same nvcc): use it
+        if built.is_file():
+            return key, str(built)
         r = subprocess.run(["nvcc", "-O3", "-std=c++17", "-w", "-cubin", f"-arch={arch}", "-o", str(cubin), str(cu)],
                            capture_output=True, text=True)
         return key, str(cubin) if r.returncode == 0 else "nvcc: " + r.stderr.strip()[-300:]
@@ -329,7 +333,7 @@ def run_pass(args, ids: list[str], results_path: Path, deadline: float, work: Pa
     done: dict[str, dict] = {}
     remaining = list(ids)
     results_path.write_text("")
-    crashes = 0
+    crashes = stuck = 0
     while remaining and time.time() < deadline:
         order = work / "order.txt"
         order.write_text("\n".join(remaining) + "\n")
@@ -367,8 +371,13 @@ def run_pass(args, ids: list[str], results_path: Path, deadline: float, work: Pa
                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             with open(results_path, "a") as f:
                 f.write(json.dumps(done[begun]) + "\n")
+        progress = len(remaining) - len([i for i in ids if i not in done])
         remaining = [i for i in ids if i not in done]
         if proc.returncode == 0 and begun is None:
+            break
+        stuck = stuck + 1 if progress == 0 else 0
+        if stuck >= 2:
+            print("worker fails without progress: giving up", flush=True)
             break
         print(f"worker restarted after {len(done)} programs (crashes {crashes})", flush=True)
     return [done[i] for i in ids if i in done]
@@ -393,9 +402,23 @@ def main() -> None:
     ap.add_argument("--order")
     ap.add_argument("--results")
     ap.add_argument("--deadline", type=float)
+    ap.add_argument("--compile-only", action="store_true",
+                    help="write <shard>.cubin beside each shard (carried: no nvcc time on the GPU machine)")
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.compile_only:
+        import shutil
+
+        cubins = compile_shards([Path(d) for d in args.batch], Path(os.environ.get("TMPDIR", "/tmp")) /
+                                f"gpucompile-{os.getpid()}", args.arch, args.jobs)
+        bad = 0
+        for key, path in cubins.items():
+            if path.endswith(".cubin") and path != key + ".cubin":
+                shutil.copyfile(path, key + ".cubin")
+            bad += not path.endswith(".cubin")
+        print(f"{len(cubins)} shards, {bad} failed")
         return
     started = time.time()
     end = started + args.budget_s

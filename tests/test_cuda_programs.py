@@ -52,6 +52,7 @@ def test_batch_layout(batch):
     for t in b["tasks"].values():
         assert t["reference"] in ids and t["params"] and t["num_outputs"] >= 1
     for p in b["programs"]:
+        assert p["task"] in b["tasks"]
         source = gzip.decompress((out / f"{p['shard']}.gz").read_bytes()).decode()
         assert p["launches"]
         for la in p["launches"]:

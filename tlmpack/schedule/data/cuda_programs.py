@@ -228,7 +228,8 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
             with gzip.GzipFile(out / f"{shard}.gz", "wb", mtime=0) as f:  # text: about 10x smaller
                 f.write(source.encode())
             for n in names:
-                programs.append({**meta[n], "id": n, "shard": shard, **launches[n]})
+                launch = {k: v for k, v in launches[n].items() if k != "task"}  # its "task" is the program id
+                programs.append({**meta[n], "id": n, "shard": shard, **launch})
         for n, err in errors.items():
             if meta[n]["reference"]:
                 tasks[meta[n]["task"]]["reference_error"] = err
