@@ -1,8 +1,11 @@
-"""Choosing one schedule per task with no search: the rules that exist today, in order of trust.
+"""Choosing one schedule per task with no search.
 
-Today: ``default``, simple fixed rules over a whole sketch's sampling sites (parallel outer loops,
-a small register tile with a vector-wide innermost loop, moderate unrolling). Later schedulers (heuristics, the TLM) slot in here and only
-change the decisions; emit and the runtime read ScheduleRecords and never care who chose.
+``heuristic`` (the default): the rules registry (heuristics/), which reads the task's loop nest and
+the hardware description and returns a point of MetaSchedule's design space; on x86 the weights of
+matmul-like tasks are pre-packed for the chosen tiling. Where no rule fits, the safe default: the
+first release's fixed rules (``default_decisions``), which are also the ``baseline`` scheduler.
+Later schedulers (the TLM) slot in here and only change the decisions; emit and the runtime read
+ScheduleRecords and never care who chose.
 """
 
 from __future__ import annotations
