@@ -67,12 +67,15 @@ def stats(as_json: bool, data_dir: str | None) -> None:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--back-to-back", is_flag=True, help="Also measure each program twice in a row now.")
 @click.option("--threads", default=None, type=int, help="Re-measure the records taken on this many cores.")
+@click.option("--max-wait-s", default=30.0, show_default=True, help="Wait this long at most for quiet cores.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
-def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, data_dir: str | None) -> None:
-    """Re-measure random x86 records and print the median relative difference of their latencies."""
+def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_wait_s: float,
+           data_dir: str | None) -> None:
+    """Re-measure random quiet x86 records and print the median relative difference of their latencies."""
     from .schedule.data.remeasure import remeasure
 
-    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads), sort_keys=True))
+    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads, max_wait_s),
+                          sort_keys=True))
 
 
 @tlm.command()

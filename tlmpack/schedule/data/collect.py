@@ -132,7 +132,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
 
     target = x86_target(num_cores=threads)
     tvm_target = target.tvm_target()
-    max_other = (os.cpu_count() or threads) - threads + 0.5  # other work may hold the cores we leave free
+    max_other = (os.cpu_count() or threads) - threads + 0.2  # other work may hold the cores we leave free
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill = Ctrl-C: the batch in flight is the only loss
     hardware = {**detect_x86(target.features, target.num_cores).to_json(), "llvm_cpu": target.cpu,

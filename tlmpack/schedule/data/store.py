@@ -20,7 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 RECORD_VERSION = 1
-QUIET_LOAD = 0.5  # a record timed while other processes kept more cores busy than this is noisy
+QUIET_SLACK = 0.2  # cores of other work tolerated beyond those the measurement left free
+
+
+def is_quiet(record: dict) -> bool:
+    """Timed while other processes left the measurement its cores: other_load at most the
+    machine's cpus minus the threads used (plus a little slack)."""
+    free = int(record.get("machine", {}).get("cores") or 0) - int(record.get("hardware", {}).get("cores") or 0)
+    return record.get("other_load", 0.0) <= max(free, 0) + QUIET_SLACK
 
 
 def default_root() -> Path:
@@ -93,7 +100,7 @@ class Store:
             target = r.get("target", "?")
             if r.get("valid"):
                 counts[target] = counts.get(target, 0) + 1
-                if r.get("other_load", 0.0) <= QUIET_LOAD:
+                if is_quiet(r):
                     quiet[target] = quiet.get(target, 0) + 1
                 per_task[r["task"]] = per_task.get(r["task"], 0) + 1
             else:
