@@ -13,8 +13,9 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
 4. both run the same input; rel err = ‖tlmpack − ORT‖ / ‖ORT‖;
-5. ``--warmup`` runs each, then ``--runs`` timed runs alternating which engine goes first, so
-   drift (thermal, other load) hits both equally; the table shows medians.
+5. three rounds; in each, every engine (rotating which goes first) runs ``--warmup`` untimed
+   runs and then a third of ``--runs`` timed runs back to back, so each is timed warm and drift
+   hits all engines alike; the table shows medians.
 
 The table is printed and appended to BENCHMARKS.md (``--no-append`` to skip) with the date, CPU
 model, core count, thread count and the exact command. ``--ort-only`` times onnxruntime alone
@@ -171,22 +172,23 @@ def ort_session(onnx_path: Path, threads: int):
     return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
 
-def time_alternating(fns: dict[str, callable], runs: int, warmup: int, pause_s: float = 0.1) -> dict[str, list[float]]:
-    """Warm each up, then ``runs`` rounds; round i runs the engines in rotated order. A pause
-    before each timed run lets the previous engine's spinning worker threads (onnxruntime's and
-    ours both spin a while after a run) go to sleep, so no engine pays for another's spin."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
+def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: int = 3) -> dict[str, list[float]]:
+    """``rounds`` rounds; in each, every engine (in rotated order) runs ``warmup`` untimed runs and
+    then about runs / rounds timed runs back to back. The untimed runs absorb the switch from the
+    previous engine (its spinning worker threads, caches, an idle core's wake-up), so each engine is
+    timed warm and steady, and drift over the rounds hits all engines alike."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
-    for i in range(runs):
-        order = names[i % len(names) :] + names[: i % len(names)]
+    per_round = max(1, -(-runs // rounds))
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
-            time.sleep(pause_s)
-            t0 = time.perf_counter()
-            fns[n]()
-            times[n].append(time.perf_counter() - t0)
+            for _ in range(warmup):
+                fns[n]()
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fns[n]()
+                times[n].append(time.perf_counter() - t0)
     return times
 
 
@@ -317,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
         + (f" ({cpu_flags()})" if cpu_flags() else ""),
         f"- threads: {threads} (tlmpack num_threads, ORT intra_op_num_threads; ORT inter_op 1)",
-        f"- timing: {args.warmup} warm-up runs each, then median of {args.runs} runs, engines alternating",
+        f"- timing: 3 rounds, each engine {args.warmup} warm-up runs then {-(-args.runs // 3)} timed runs back to back per round "
+        f"(rotating order); median of {3 * -(-args.runs // 3)} timed runs",
         f"- versions: tlmpack {git_rev()}, onnxruntime {ort.__version__}, tvm {tvm_v}, python {platform.python_version()}",
         f"- command: `{command}`",
     ]
