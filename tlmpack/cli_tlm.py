@@ -21,8 +21,11 @@ def _store(data_dir: str | None):
 
 @tlm.command()
 @click.option("--models", default=None, help="Comma-separated corpus models (default: the quick-start list).")
-@click.option("--target", default="x86", show_default=True, type=click.Choice(["x86"]),
-              help="Where to measure (CUDA records are measured on the GPU machine).")
+@click.option("--target", default="x86", show_default=True, type=click.Choice(["x86", "cuda"]),
+              help="x86: build and measure here. cuda: sample and generate here into --out, a batch that "
+                   "bench/gpu_measure_programs.py measures on the GPU machine; then `tlmpack tlm import-cuda`.")
+@click.option("--out", "out_dir", default=None, help="cuda: the batch folder to write (carry it to the GPU).")
+@click.option("--tasks", default=50, show_default=True, help="cuda: how many corpus tasks (a seeded choice).")
 @click.option("--per-task", default=32, show_default=True, help="Programs per task (existing ones count).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--budget-minutes", default=None, type=float, help="Stop starting new batches after this long.")
@@ -33,11 +36,24 @@ def _store(data_dir: str | None):
               help="Before timing a program, wait up to this long for other processes to leave the cores free.")
 @click.option("--threads", default=None, type=int,
               help="Build for and run on this many cores (default: all); the records' hardware says so.")
-def collect(models: str | None, target: str, per_task: int, seed: int, budget_minutes: float | None, batch: int,
-            data_dir: str | None, no_progress: bool, max_wait_s: float, threads: int | None) -> None:
+def collect(models: str | None, target: str, out_dir: str | None, tasks: int, per_task: int, seed: int,
+            budget_minutes: float | None, batch: int, data_dir: str | None, no_progress: bool, max_wait_s: float,
+            threads: int | None) -> None:
     """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
     from .schedule.data.collect import collect as run
     from .schedule.data.corpus import DEFAULT_ORDER
+
+    if target == "cuda":
+        from .schedule.data.cuda_programs import build_batch, select_tasks
+
+        if not out_dir:
+            raise click.UsageError("--target cuda writes a batch for the GPU machine: give --out DIR")
+        store = _store(data_dir)
+        summary = build_batch(store, select_tasks(store, tasks, seed=seed), per_task, out_dir, seed=seed,
+                              budget_s=budget_minutes * 60 if budget_minutes else None,
+                              say=lambda m: click.echo(m, err=True))
+        click.echo(json.dumps(summary.to_json(), sort_keys=True))
+        return
 
     names = [m.strip() for m in models.split(",")] if models else list(DEFAULT_ORDER)
     summary = run(_store(data_dir), names, per_task, seed, budget_minutes, batch,
@@ -46,6 +62,17 @@ def collect(models: str | None, target: str, per_task: int, seed: int, budget_mi
     click.echo(json.dumps(summary.to_json(), sort_keys=True))
     if summary.stopped == "interrupted":
         sys.exit(130)
+
+
+@tlm.command("import-cuda")
+@click.argument("batch_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("results", type=click.Path(exists=True, dir_okay=False))
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def import_cuda(batch_dir: str, results: str, data_dir: str | None) -> None:
+    """Append a GPU run's results (bench/gpu_measure_programs.py) for BATCH_DIR to the store."""
+    from .schedule.data.cuda_programs import import_results
+
+    click.echo(json.dumps(import_results(_store(data_dir), batch_dir, results), sort_keys=True))
 
 
 @tlm.command()
