@@ -110,9 +110,15 @@ def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_w
 @click.option("--heuristic", is_flag=True, help="Also build and measure the heuristic schedule of every task.")
 @click.option("--models", default=None, help="Only the tasks of these comma-separated corpus models.")
 @click.option("--threads", default=None, type=int, help="Only records taken on this many cores (default: all cores).")
-def table(data_dir: str | None, heuristic: bool, models: str | None, threads: int | None) -> None:
+@click.option("--target", default="x86", show_default=True, type=click.Choice(["x86", "cuda"]),
+              help="cuda: the H200 records; the heuristic column comes from heuristic programs measured there.")
+def table(data_dir: str | None, heuristic: bool, models: str | None, threads: int | None, target: str) -> None:
     """A markdown table per task: valid records, best and median latency (and the heuristic's)."""
-    from .schedule.data.report import task_table
+    from .schedule.data.report import cuda_task_table, task_table
+
+    if target == "cuda":
+        click.echo(cuda_task_table(_store(data_dir)))
+        return
 
     chosen = [m.strip() for m in models.split(",")] if models else None
     click.echo(task_table(_store(data_dir), heuristic=heuristic, models=chosen, threads=threads))

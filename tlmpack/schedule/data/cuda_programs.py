@@ -194,9 +194,12 @@ def select_tasks(store: Store, count: int, seed: int = 0, max_param_mb: float = 
 
 def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Path, seed: int = 0,
                 programs_per_shard: int = 48, max_tries: int = 0, budget_s: float | None = None,
-                say: Callable[[str], None] = print, arch: str = ARCH, prefix: str = "") -> BatchSummary:
+                say: Callable[[str], None] = print, arch: str = ARCH, prefix: str = "",
+                heuristic: bool = False) -> BatchSummary:
     """Samples ``per_task`` random legal CUDA programs of every task in ``keys`` (seeded), adds the
-    task's dlight reference, generates CUDA and writes the batch folder (see the module doc)."""
+    task's dlight reference, generates CUDA and writes the batch folder (see the module doc).
+    ``heuristic``: also the point the compile-time heuristics choose for each task (records say
+    ``chosen_by: "heuristic"``), so the GPU run measures where they land among the random ones."""
     import tvm
 
     from ..language import LANGUAGE_VERSION
@@ -256,6 +259,16 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
                       & 0x7FFFFFFF}
         meta[f"{tid}_ref"] = {"task": key, "reference": True, "sketch": -1, "decisions": []}
         pending[f"{tid}_ref"] = ref
+        if heuristic:
+            from ..hardware import cuda_hardware
+            from ..select import schedule_with_rules
+
+            choice = schedule_with_rules(func, tvm_target, "cuda", cuda_hardware(arch))
+            if choice is not None:
+                meta[f"{tid}_h"] = {"task": key, "reference": False, "sketch": choice.sketch, "chosen_by": "heuristic",
+                                    "rule": choice.rule, "decisions": [d.to_json() for d in choice.decisions]}
+                pending[f"{tid}_h"] = choice.func
+                summary.programs += 1
         seen: set = set()
         tries = dups = 0
         while len(seen) < per_task and tries < max_tries and dups < 3 * per_task and time.perf_counter() < deadline:
@@ -340,7 +353,8 @@ def records_from_results(batch: dict, results: dict) -> list[dict]:
         rec = {**common, "task": p["task"], "task_name": task.get("name", ""), "model": task.get("model", ""),
                "sketch": p["sketch"], "decisions": p["decisions"], "valid": bool(outcome["valid"]),
                "error": outcome["error"] or "", "median_us": 0.0, "min_us": 0.0, "spread": 0.0, "repeats": 0,
-               "rel_err": 0.0, "time": r.get("time", when) if r else when}
+               "rel_err": 0.0, "time": r.get("time", when) if r else when,
+               "chosen_by": p.get("chosen_by", "random")}
         if r is not None:
             rec["rel_err"] = float(f"{r.get('rel_err', 0.0):.3g}") if r.get("rel_err") is not None else 0.0
             if rec["valid"]:
@@ -395,6 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--part", type=int, default=0, help="this process's share of the tasks (with --parts)")
     b.add_argument("--parts", type=int, default=1)
     b.add_argument("--data", default=None)
+    b.add_argument("--heuristic", action="store_true", help="also each task's heuristic schedule")
     i = sub.add_parser("import", help="append a GPU run's results to the store")
     i.add_argument("batch_dir")
     i.add_argument("results")
@@ -407,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         keys = select_tasks(store, args.tasks, seed=args.seed)[args.part::args.parts]
         prefix = chr(ord("a") + args.part) if args.parts > 1 else ""
         summary = build_batch(store, keys, args.per_task, args.out, seed=args.seed, budget_s=args.budget_s,
-                              prefix=prefix)
+                              prefix=prefix, heuristic=args.heuristic)
         print(json.dumps(summary.to_json()))
     else:
         print(json.dumps(import_results(store, args.batch_dir, args.results)))

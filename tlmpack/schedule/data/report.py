@@ -77,3 +77,33 @@ def task_table(store: Store, heuristic: bool = False, models: list[str] | None =
             row += f" {h:.1f} | {h / best:.2f} | {who} |" if h is not None else f" - | - | {who} |"
         rows.append(row)
     return "\n".join(rows)
+
+
+def cuda_task_table(store: Store) -> str:
+    """Markdown: per task, the H200 latencies of its random legal programs (count, best, median)
+    and of the heuristic schedule measured in the same GPU run when there is one."""
+    random_us: dict[str, list[float]] = {}
+    heuristic_us: dict[str, float] = {}
+    names: dict[str, tuple[str, str]] = {}
+    for r in store.records("cuda"):
+        if not r.get("valid"):
+            continue
+        names.setdefault(r["task"], (r.get("task_name", "?"), r.get("model", "?")))
+        if r.get("chosen_by") == "heuristic":
+            heuristic_us[r["task"]] = r["median_us"]
+        else:
+            random_us.setdefault(r["task"], []).append(r["median_us"])
+    rows = ["| task | model | random programs | best µs | median µs | median/best | heuristic µs | heuristic/best |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for key in sorted(set(random_us) | set(heuristic_us), key=lambda k: names[k][::-1]):
+        name, model = names[key]
+        values = random_us.get(key, [])
+        h = heuristic_us.get(key)
+        if values:
+            best, median = min(values), statistics.median(values)
+            cells = f"{len(values)} | {best:.1f} | {median:.1f} | {median / best:.2f}"
+        else:
+            best, cells = None, "0 | - | - | -"
+        hcells = f"{h:.1f} | {h / best:.2f}" if h is not None and best else (f"{h:.1f} | -" if h is not None else "- | -")
+        rows.append(f"| {name} `{key[:8]}` | {model} | {cells} | {hcells} |")
+    return "\n".join(rows)
