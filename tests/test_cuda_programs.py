@@ -105,5 +105,32 @@ def test_results_import_into_store(batch, tmp_path):
     assert store.stats()["records"]["cuda"] == len(progs) - 1
     # the same fields as an x86 record
     x86 = next(Store(default_root()).records("x86"), None)
-    if x86 is not None:
-        assert set(records[0]) == set(x86)
+    if x86 is not None:  # chosen_by: optional, "random" where absent (x86 records before it existed)
+        assert set(records[0]) - {"chosen_by"} == set(x86) - {"chosen_by"}
+    assert {r["chosen_by"] for r in records} == {"random"}
+
+
+def test_a_batch_can_carry_each_tasks_heuristic_point(tmp_path):
+    from tlmpack.schedule.data.report import cuda_task_table
+
+    store = Store(default_root())
+    keys = _small_pointwise_tasks(store, 1)
+    if not keys:
+        pytest.skip("no corpus tasks in data/")
+    out = tmp_path / "h"
+    cp.build_batch(store, keys, per_task=0, out_dir=out, seed=0, say=lambda s: None, heuristic=True)
+    b = cp.read_json(out / "batch.json.gz")
+    (h,) = [p for p in b["programs"] if not p["reference"]]
+    assert h["chosen_by"] == "heuristic" and h["rule"].startswith("cuda-")
+    results = {"machine": {"gpu": "NVIDIA H200"}, "results": [
+        {"id": h["id"], "valid": True, "error": "", "rel_err": 0.0, "median_us": 7.5, "min_us": 7.0, "spread": 0.01,
+         "repeats": 5}]}
+    rpath = tmp_path / "results.json.gz"
+    with gzip.open(rpath, "wt") as f:
+        json.dump(results, f)
+    mine = Store(tmp_path / "data")
+    cp.import_results(mine, out, rpath)
+    (record,) = mine.records("cuda")
+    assert record["chosen_by"] == "heuristic" and record["valid"]
+    table = cuda_task_table(mine)
+    assert "| 0 | - | - | - | 7.5 | - |" in table
