@@ -17,13 +17,7 @@ for m in "${models[@]}"; do
     [ -f "$out" ] && [ "$out" -nt "$work/$m.onnx" ] || "$py" -m tlmpack.cli build "$work/$m.onnx" -t cuda --scheduler "$s" -o "$out"
   done
   xz -T2 -1 -c "$work/$m.heuristic.tar" > "$carry/$m.heuristic.tar.xz"
-  "$py" - "$work/$m.dlight.tar" "$work/$m.dlight.noweights.tar" <<'PY'
-import sys, tarfile
-with tarfile.open(sys.argv[1]) as src, tarfile.open(sys.argv[2], "w", format=tarfile.USTAR_FORMAT) as dst:
-    for member in src.getmembers():
-        if member.name != "weights.bin":
-            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
-PY
+  "$py" bench/strip_weights.py "$work/$m.dlight.tar" "$work/$m.dlight.noweights.tar"
   xz -T2 -1 -c "$work/$m.dlight.noweights.tar" > "$carry/$m.dlight.noweights.tar.xz"
   for f in inputs ref bnstats; do
     [ ! -f "$work/$m.$f.npz" ] || [ "$(stat -c %s "$work/$m.$f.npz")" -gt 4000000 ] || cp "$work/$m.$f.npz" "$carry/"

@@ -20,13 +20,7 @@ for m in "${models[@]}"; do
   fi
   "$py" -m tlmpack.verify "$work/$stem.tar" "$work/$stem.onnx" --inputs "$work/$stem.inputs.npz"
   if [ "$stem" != "$m" ]; then
-    "$py" - "$work/$stem.tar" "$work/$stem.noweights.tar" <<'PY'
-import sys, tarfile
-with tarfile.open(sys.argv[1]) as src, tarfile.open(sys.argv[2], "w", format=tarfile.USTAR_FORMAT) as dst:
-    for member in src.getmembers():
-        if member.name != "weights.bin":
-            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
-PY
+    "$py" bench/strip_weights.py "$work/$stem.tar" "$work/$stem.noweights.tar"
     xz -T2 -1 -c "$work/$stem.noweights.tar" > "$carry/$stem.noweights.tar.xz"
   else
     xz -T2 -1 -c "$work/$stem.tar" > "$carry/$stem.tar.xz"

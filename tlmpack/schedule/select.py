@@ -16,24 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..graph import Graph
+from .heuristics.x86_matmul import largest_divisor_at_most as _largest_divisor_at_most
+from .heuristics.x86_matmul import vector_tile as _vector_tile
 from .records import Decision, ScheduleRecord
 from .space import DesignSpace, SamplingSite
-
-
-def _largest_divisor_at_most(n: int, bound: int) -> int:
-    for d in range(min(n, max(bound, 1)), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
-
-
-def _vector_tile(extent: int, lanes: int) -> int:
-    """Innermost (vectorised) extent: two full vectors if they divide the loop, else one, else
-    the largest divisor that fits one vector (a 14-wide row gets 7)."""
-    for candidate in (2 * lanes, lanes):
-        if extent % candidate == 0:
-            return candidate
-    return _largest_divisor_at_most(extent, lanes)
 
 
 def default_decisions(sites: list[SamplingSite], vector_lanes: int = 8,
