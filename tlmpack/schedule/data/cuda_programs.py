@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from ..records import Decision
+from .cuda_footprint import SharedFootprint
 from .store import RECORD_VERSION, Store
 
 ARCH = "sm_90"
 BATCH_VERSION = 1
 MAX_THREADS = 1024  # VerifyGPUCode's limits (per block)
 MAX_VTHREAD = 8
+MAX_SHARED_BYTES = 49152  # the target's max_shared_memory_per_block
 
 
 # ------------------------------------------------------------------------------------------------
@@ -53,27 +55,47 @@ def _code_target(arch: str = ARCH):
     return CudaTarget((arch,), "nvcc", "0.0.0")  # generate() needs only the arch
 
 
-def guided_decider(rng: random.Random):
-    """Uniform among a site's legal values, restricted by two necessary conditions of VerifyGPUCode
-    that MetaSchedule's SSSRRSRS tiling makes visible at the tile sites: the product of the thread
-    factors (index 2 of the 5-way spatial tiles) stays <= 1024 and the product of the virtual-thread
-    factors (index 1) <= 8. Every value it returns is legal for its site; points the postprocessors
-    still refuse (shared memory, ...) are rejected as with plain uniform sampling. One decider per
-    replay (it keeps the running products)."""
+def guided_decider(rng: random.Random, footprint: SharedFootprint | None = None,
+                   max_shared_bytes: int = MAX_SHARED_BYTES):
+    """Uniform among a site's legal values, restricted by necessary conditions of VerifyGPUCode that
+    MetaSchedule's SSSRRSRS tiling makes visible at the tile sites: the product of the thread
+    factors (index 2 of the 5-way spatial tiles) stays <= 1024, the product of the virtual-thread
+    factors (index 1) <= 8, and (with ``footprint``, for matmul-like tasks) the inputs one block
+    stages in shared memory fit ``max_shared_bytes`` with the tiles not yet chosen at their smallest.
+    Every value it returns is legal for its site; points the postprocessors still refuse are
+    rejected as with plain uniform sampling. One decider per replay (it keeps running state)."""
     from ..space import legal_values
 
-    state = {"threads": 1, "vthreads": 1}
+    state = {"threads": 1, "vthreads": 1, "loop": 0}
+    tiles = [1] * len(footprint.loops) if footprint else []
+
+    def fits(value: tuple[int, ...]) -> bool:
+        loop = state["loop"]
+        if not footprint or loop >= len(tiles):
+            return True
+        trial = list(tiles)
+        trial[loop] = SharedFootprint.block_tile(value)
+        return footprint.bytes(trial) <= max_shared_bytes
 
     def decide(site, _sampled):
         values = legal_values(site)
-        if site.kind == "tile" and site.parts == 5:
-            ok = [v for v in values if state["threads"] * v[2] <= MAX_THREADS
-                  and state["vthreads"] * v[1] <= MAX_VTHREAD]
-            value = rng.choice(ok or values)
+        if site.kind != "tile" or site.parts not in (3, 5):
+            return rng.choice(values)
+        loop = state["loop"]
+        if footprint and loop < len(tiles):
+            extent, reduction = footprint.loops[loop]
+            if extent != site.extent or reduction != (site.parts == 3):
+                tiles.clear()  # not the main block's loop order: stop guiding by shared memory
+        ok = [v for v in values if fits(v) and (site.parts == 3 or (
+            state["threads"] * v[2] <= MAX_THREADS and state["vthreads"] * v[1] <= MAX_VTHREAD))]
+        value = rng.choice(ok or values)
+        if site.parts == 5:
             state["threads"] *= value[2]
             state["vthreads"] *= value[1]
-            return value
-        return rng.choice(values)
+        if loop < len(tiles):
+            tiles[loop] = SharedFootprint.block_tile(value)
+        state["loop"] += 1
+        return value
 
     return decide
 
@@ -88,10 +110,10 @@ class CudaPoint:
         return (self.sketch, tuple((d.kind, d.value) for d in self.decisions))
 
 
-def sample_cuda_point(space, rng: random.Random) -> CudaPoint | None:
+def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | None = None) -> CudaPoint | None:
     """One random legal point of a CUDA space (None when the postprocessors refuse it)."""
     sketch = rng.randrange(len(space.sketches))
-    replayed = space.replay(sketch, guided_decider(rng), locations=True)
+    replayed = space.replay(sketch, guided_decider(rng, footprint), locations=True)
     if replayed is None:
         return None
     return CudaPoint(sketch, replayed[1], replayed[0])
@@ -195,7 +217,7 @@ def select_tasks(store: Store, count: int, seed: int = 0, max_param_mb: float = 
 def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Path, seed: int = 0,
                 programs_per_shard: int = 48, max_tries: int = 0, budget_s: float | None = None,
                 say: Callable[[str], None] = print, arch: str = ARCH, prefix: str = "",
-                heuristic: bool = False) -> BatchSummary:
+                heuristic: bool = False, guide_shared: bool = True) -> BatchSummary:
     """Samples ``per_task`` random legal CUDA programs of every task in ``keys`` (seeded), adds the
     task's dlight reference, generates CUDA and writes the batch folder (see the module doc).
     ``heuristic``: also the point the compile-time heuristics choose for each task (records say
@@ -220,6 +242,7 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
     failed: list[dict] = []
     pending: dict[str, Any] = {}  # program id -> scheduled func, waiting for the next shard
     meta: dict[str, dict] = {}
+    stored = _stored_points(store, "cuda")  # a new seed must not re-measure points the store has
 
     def flush() -> None:
         if not pending:
@@ -252,6 +275,7 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
             summary.skipped[key] = "no dlight rule"
             continue
         space = DesignSpace(func, tvm_target, seed=seed)
+        footprint = SharedFootprint.of(func) if guide_shared else None
         rng = random.Random(f"cuda:{seed}:{key}")
         tid = f"{prefix}t{ti:04d}"
         tasks[key] = {"name": task["name"], "model": task.get("first_model", ""), "num_outputs": task["num_outputs"],
@@ -270,15 +294,17 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
                 pending[f"{tid}_h"] = choice.func
                 summary.programs += 1
         seen: set = set()
+        known = stored.get(key, set())
         tries = dups = 0
         while len(seen) < per_task and tries < max_tries and dups < 3 * per_task and time.perf_counter() < deadline:
             tries += 1
             summary.sampled += 1
-            point = sample_cuda_point(space, rng)
+            point = sample_cuda_point(space, rng, footprint)
             if point is None:
                 summary.rejected += 1
                 continue
-            if point.key() in seen:  # small spaces: stop once new points stop coming
+            if point.key() in seen or _point_key(point.sketch, point.decisions) in known:
+                # small spaces: stop once new points stop coming
                 summary.duplicates += 1
                 dups += 1
                 continue
@@ -309,6 +335,23 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
     with gzip.open(out / f"{prefix}batch.json.gz", "wt") as f:
         json.dump(batch, f)
     return summary
+
+
+def _point_key(sketch: int, decisions) -> tuple:
+    """A point's identity, the same for a sampled Point and a stored record's JSON decisions."""
+    out = []
+    for d in decisions:
+        kind, value = (d.kind, d.value) if isinstance(d, Decision) else (d[0], d[1])
+        out.append((kind, tuple(value) if isinstance(value, (list, tuple)) else value))
+    return (sketch, tuple(out))
+
+
+def _stored_points(store: Store, target: str) -> dict[str, set]:
+    """task key -> the points the store already has a record of on ``target``."""
+    out: dict[str, set] = {}
+    for r in store.records(target):
+        out.setdefault(r["task"], set()).add(_point_key(r["sketch"], r["decisions"]))
+    return out
 
 
 def read_json(path: str | Path) -> dict:

@@ -1,0 +1,72 @@
+"""Shared memory a CUDA matmul-like point will need, known while its tiles are still being sampled.
+
+Random CUDA points of a convolution or matmul are mostly illegal: about 24 of every 25 ask for more
+shared memory than a block has, and VerifyGPUCode (the last postprocessor, after a full replay)
+refuses them. MetaSchedule's CUDA multi-level tiling (SSSRRSRS) stages every input of the main block
+in shared memory at the outer reduction loop: one block's copy covers, for each input dimension, the
+span its index takes over the block's spatial tile (all but the outermost of the 5 factors) and the
+inner reduction tile (the last 2 of the 3 factors). With the index affine in the block's iteration
+variables, that span is sum(|coefficient| * (tile - 1)) + 1.
+
+``SharedFootprint.bytes`` gives that size for the tiles chosen so far (1 for those not yet chosen,
+which is the smallest they can be), so a sampler can skip any value that already exceeds the block's
+shared memory: a necessary condition, never one that removes a point the verifier would accept
+(up to the region TVM compacts the staged buffer to, which is the same span).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SharedFootprint:
+    """The main block's loops (extent, is reduction) and each input's per-dimension coefficients."""
+
+    loops: tuple[tuple[int, bool], ...]
+    inputs: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...]  # (element bytes, coefficients per dim)
+
+    @staticmethod
+    def of(func) -> SharedFootprint | None:
+        """The model for a matmul-like task (see heuristics.classify), None for other tasks or
+        indices that are not affine in the block's variables."""
+        from tvm import s_tir, tirx
+        from tvm.sym.pattern import detect_linear_equation
+
+        from ..heuristics.classify import _is_multiply_accumulate, classify
+
+        kind = classify(func)
+        if kind.kind != "matmul":
+            return None
+        sch = s_tir.Schedule(func)
+        block = sch.get(sch.get_sblock(kind.block))
+        variables = [v.var for v in block.iter_vars]
+        loops = tuple((int(v.dom.extent), v.iter_type == tirx.IterVar.CommReduce) for v in block.iter_vars)
+        _, operands = _is_multiply_accumulate(block)
+        inputs = []
+        for load in operands:
+            dims = []
+            for index in load.indices:
+                coefficients = detect_linear_equation(index, variables)
+                if len(coefficients) != len(variables) + 1:
+                    return None
+                dims.append(tuple(abs(int(c)) for c in coefficients[:-1]))
+            inputs.append(((load.source.dtype.bits + 7) // 8, tuple(dims)))
+        return SharedFootprint(loops, tuple(inputs))
+
+    def bytes(self, tiles: list[int]) -> int:
+        """Shared bytes one block stages for per-loop tile sizes ``tiles`` (loop order)."""
+        total = 0
+        for element_bytes, dims in self.inputs:
+            span = 1
+            for coefficients in dims:
+                span *= sum(c * (t - 1) for c, t in zip(coefficients, tiles, strict=True)) + 1
+            total += element_bytes * span
+        return total
+
+    @staticmethod
+    def block_tile(value: tuple[int, ...]) -> int:
+        """The part of a tile decision one block's shared copy spans: all factors but the outermost
+        (for a spatial loop's 5 and a reduction loop's 3 alike)."""
+        return math.prod(value[1:])
