@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 2
+#define TLMRT_API_VERSION 3
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -148,6 +148,85 @@ const char* tlmrt_model_last_error(const tlmrt_model* m);
 void tlmrt_model_close(tlmrt_model* m);
 
 const char* tlmrt_version(void);
+
+/* ---- kernel libraries (since API version 3) ----------------------------------------------------
+ *
+ * Runs single TVM kernels through the same thread pool and context hooks as a CPU model, for
+ * measuring kernels the way a deployed x86/model.so runs them (tlmpack's schedule data collector).
+ * A kernel library is a shared library that TVM exported (tvm.compile(mod, target="llvm ...")
+ * .export_library(path)), or any library that exports tvm-ffi packed functions the same way: the
+ * PrimFunc whose global_symbol is `name` is the function
+ *   int32_t __tvm_ffi_<name>(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result)
+ * and every argument is a DLTensor* (type index 7), as a model's steps pass them.
+ *
+ *   tlmrt_kernel_library* lib = NULL;
+ *   if (tlmrt_kernel_library_open("k.so", 0, &lib) != TLMRT_OK) puts(tlmrt_open_error());
+ *   tlmrt_dltensor* args[3] = {&a, &b, &c};
+ *   if (tlmrt_kernel_call(lib, "matmul", args, 3) != TLMRT_OK) puts(tlmrt_kernel_library_last_error(lib));
+ *   tlmrt_kernel_library_close(lib);
+ *
+ * Kernel error messages: TVM's kernels report a failed argument check (wrong number of arguments,
+ * dtype, shape, device) through TVMFFIErrorSetRaisedFromCStrParts, which a library from TVM's
+ * export_library leaves undefined: it binds to libtvm_ffi.so when the process has loaded that with
+ * RTLD_GLOBAL (importing tvm_ffi in Python does), and the library then cannot be opened without it.
+ * The message is read back from tlmrt_plan_kernel_error when the library defines that (as a
+ * model.so does: tlmrt_plan.h), else from libtvm_ffi.so (TVMFFIErrorMoveFromRaised).
+ *
+ * The context hooks are variables inside the library: loading one file also through TVM's runtime
+ * in the same process shares them, and whichever loader wrote last serves both. Not thread-safe on
+ * one library; open one per thread. */
+
+typedef struct tlmrt_kernel_library tlmrt_kernel_library;
+
+/* DLPack's DLTensor, declared ABI-compatibly (a DLTensor* from dlpack.h may be passed as one). */
+typedef struct {
+  void* data;
+  struct {
+    int32_t device_type;  /* TLMRT_DEVICE_CPU for kernel libraries */
+    int32_t device_id;
+  } device;
+  int32_t ndim;
+  struct {
+    uint8_t code;         /* 0 int, 1 uint, 2 float, 4 bfloat, 6 bool */
+    uint8_t bits;
+    uint16_t lanes;
+  } dtype;
+  int64_t* shape;
+  int64_t* strides;       /* NULL: compact C order */
+  uint64_t byte_offset;
+} tlmrt_dltensor;
+
+/* dlopens `so_path` (RTLD_NOW | RTLD_LOCAL), refuses a library that needs a TVM context hook this
+ * runtime does not provide (TLMRT_ERR_INCOMPATIBLE, as for a model), starts a thread pool of
+ * num_threads threads, the caller of each kernel call included (0 = number of online cores, 1 = no
+ * worker threads), and fills the library's hooks (parallel launch and barrier, workspace alloc and
+ * free). On failure *out is NULL and tlmrt_open_error() says why: TLMRT_ERR_IO (no such file),
+ * TLMRT_ERR_INCOMPATIBLE (it does not load here), TLMRT_ERR_INVALID_ARGUMENT (NULL, num_threads). */
+tlmrt_status tlmrt_kernel_library_open(const char* so_path, int32_t num_threads, tlmrt_kernel_library** out);
+
+/* Calls kernel `name` once on args[0..num_args) (CPU tensors; outputs are written in place),
+ * its parallel loops running on the library's pool. The symbol is looked up once and cached.
+ * TLMRT_ERR_INVALID_ARGUMENT: NULL library, name or tensor, an unknown kernel name, a tensor that
+ * is not on the CPU, has NULL data or data not aligned to 64 bytes (TVM's kernels assume it); TLMRT_ERR_KERNEL: the kernel returned nonzero (its own checks
+ * catch a wrong number of arguments, dtype or shape), with its message when it left one. */
+tlmrt_status tlmrt_kernel_call(tlmrt_kernel_library* lib, const char* name, tlmrt_dltensor* const* args,
+                               int32_t num_args);
+
+/* Times kernel `name` on args: one untimed warm-up call, then `repeats` timed repeats. Each repeat
+ * calls the kernel `number` times back to back, number being chosen once from the warm-up call's
+ * duration so that a repeat lasts at least min_repeat_ms (at least 1 call). Writes repeats values,
+ * seconds per call (the repeat's CLOCK_MONOTONIC time / number), to seconds_per_run[0..repeats).
+ * Errors as tlmrt_kernel_call, and TLMRT_ERR_INVALID_ARGUMENT for repeats < 1, a NULL
+ * seconds_per_run, or min_repeat_ms that is negative, not finite or above an hour. */
+tlmrt_status tlmrt_kernel_time(tlmrt_kernel_library* lib, const char* name, tlmrt_dltensor* const* args,
+                               int32_t num_args, int32_t repeats, double min_repeat_ms, double* seconds_per_run);
+
+/* A human sentence about the last failure on this library ("" if none, or lib is NULL; a call
+ * given a NULL library leaves its sentence in tlmrt_open_error()). */
+const char* tlmrt_kernel_library_last_error(const tlmrt_kernel_library* lib);
+
+/* Stops the pool's threads and dlcloses the library. NULL is a no-op. */
+void tlmrt_kernel_library_close(tlmrt_kernel_library* lib);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,8 @@
  *
  * The launch hook has no context parameter, so the pool it uses is found through a thread-local
  * pointer: a run sets it to the model's pool on the calling thread for the duration of the run and
- * restores the previous value afterwards. A launch on a thread with
+ * restores the previous value afterwards (a kernel library's call does the same with its pool:
+ * tlmrt_kernels.c, through tlmrt_cpu_pool_enter/leave). A launch on a thread with
  * no current pool (a kernel called outside tlmrt_model_run, a nested launch from inside a parallel
  * task, a launch from a worker) runs its tasks one after another on the calling thread.
  *
@@ -58,8 +59,6 @@ static inline void spin_pause(int i) {
     cpu_relax();
   }
 }
-
-typedef struct tlmrt_cpu_pool tlmrt_cpu_pool;
 
 typedef struct {
   tlmrt_cpu_pool* pool;
@@ -243,7 +242,7 @@ static int cpu_free_workspace(int device_type, int device_id, void* ptr) {
 
 /* ---- backend ---------------------------------------------------------------------------------- */
 
-static void pool_destroy(tlmrt_cpu_pool* pool) {
+void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
   if (pool == NULL) return;
   if (pool->num_started > 0) {
     pool->stop = 1;
@@ -292,7 +291,7 @@ static tlmrt_status pool_create(int num_threads, int spin, tlmrt_cpu_pool** out,
   if (num_workers > 0) {
     pool->workers = (cpu_worker*)calloc((size_t)num_workers, sizeof(cpu_worker));
     if (pool->workers == NULL) {
-      pool_destroy(pool);
+      tlmrt_cpu_pool_destroy(pool);
       return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
     }
   }
@@ -310,7 +309,7 @@ static tlmrt_status pool_create(int num_threads, int spin, tlmrt_cpu_pool** out,
   if (mask_rc == 0) pthread_sigmask(SIG_SETMASK, &saved, NULL);
   if (rc != 0) {
     int started = pool->num_started;
-    pool_destroy(pool);
+    tlmrt_cpu_pool_destroy(pool);
     return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot start worker thread %d of %d: %s",
                         started + 1, num_workers, strerror(rc));
   }
@@ -333,12 +332,12 @@ static void fill_hook(void* dl_handle, const char* name, const void* fn_ptr, siz
 }
 
 /* Checks the library for hooks this runtime does not fill, starts the pool and fills the hooks. */
-static tlmrt_status pool_start(const tlmrt_options* opts, void* dl_handle, tlmrt_cpu_pool** out, char* err,
-                               size_t err_cap) {
+tlmrt_status tlmrt_cpu_pool_start(int32_t num_threads, void* dl_handle, const char* what, tlmrt_cpu_pool** out,
+                                  char* err, size_t err_cap) {
   *out = NULL;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
-  long n = opts->num_threads == 0 ? cores : opts->num_threads;
+  long n = num_threads == 0 ? cores : num_threads;
   if (n < 1 || n > TLMRT_CPU_MAX_THREADS) {
     return tlmrt_errorf(err, err_cap, TLMRT_ERR_INVALID_ARGUMENT,
                         "num_threads: expected 0 (all cores) or 1..%d, found %ld",
@@ -352,10 +351,10 @@ static tlmrt_status pool_start(const tlmrt_options* opts, void* dl_handle, tlmrt
     dlerror();
     if (dlsym(dl_handle, kUnsupported[i]) != NULL) {
       return tlmrt_errorf(err, err_cap, TLMRT_ERR_INCOMPATIBLE,
-                          "x86/model.so uses the TVM context hook %s, which this runtime does not "
+                          "%s uses the TVM context hook %s, which this runtime does not "
                           "provide; expected kernels that need only __TVMBackendParallelLaunch, "
                           "__TVMBackendParallelBarrier and the workspace hooks",
-                          kUnsupported[i]);
+                          what, kUnsupported[i]);
     }
   }
   tlmrt_cpu_pool* pool = NULL;
@@ -374,6 +373,14 @@ static tlmrt_status pool_start(const tlmrt_options* opts, void* dl_handle, tlmrt
   *out = pool;
   return TLMRT_OK;
 }
+
+tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
+  tlmrt_cpu_pool* previous = tls_current_pool;
+  tls_current_pool = pool;
+  return previous;
+}
+
+void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) { tls_current_pool = previous; }
 
 /* ---- the x86 model ---------------------------------------------------------------------------- */
 
@@ -500,7 +507,7 @@ static void cpu_close(void* state) {
   cpu_model* m = (cpu_model*)state;
   if (m == NULL) return;
   /* Threads first: nothing may call into the library once it is unloaded. */
-  pool_destroy(m->pool);
+  tlmrt_cpu_pool_destroy(m->pool);
   if (m->dl_handle != NULL) dlclose(m->dl_handle);
   free(m->step_first_arg);
   free(m->args);
@@ -577,7 +584,7 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** 
   if (s != TLMRT_OK) goto fail;
   s = build_tensors(m, total_args, err, err_cap);
   if (s != TLMRT_OK) goto fail;
-  s = pool_start(opts, m->dl_handle, &m->pool, err, err_cap);
+  s = tlmrt_cpu_pool_start(opts->num_threads, m->dl_handle, MODEL_FILE, &m->pool, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   snprintf(m->description, sizeof(m->description), "cpu (%d thread%s)", m->pool->num_threads,
            m->pool->num_threads == 1 ? "" : "s");

@@ -23,22 +23,7 @@
 enum { TLMRT_DL_CPU = 1 };                 /* DLDeviceType kDLCPU */
 enum { TLMRT_FFI_TYPE_DLTENSOR_PTR = 7 };  /* tvm-ffi kTVMFFIDLTensorPtr */
 
-typedef struct {
-  void* data;
-  struct {
-    int32_t device_type;
-    int32_t device_id;
-  } device;
-  int32_t ndim;
-  struct {
-    uint8_t code;
-    uint8_t bits;
-    uint16_t lanes;
-  } dtype;
-  int64_t* shape;
-  int64_t* strides;      /* NULL: compact C order */
-  uint64_t byte_offset;
-} tlmrt_dltensor;
+/* tlmrt_dltensor (DLPack's DLTensor) is declared in tlmrt.h. */
 
 typedef struct {
   int32_t type_index;
@@ -182,5 +167,20 @@ typedef struct {
 
 extern const tlmrt_backend tlmrt_backend_cpu;
 extern const tlmrt_backend tlmrt_backend_cuda;
+
+/* ---- the CPU thread pool and TVM's context hooks (tlmrt_cpu.c), shared with tlmrt_kernels.c ---- */
+
+typedef struct tlmrt_cpu_pool tlmrt_cpu_pool;
+
+/* Refuses a library (dl_handle, named `what` in messages) that has a TVM context hook this runtime
+ * does not fill, starts a pool of num_threads threads (0 = online cores; the caller is thread 0)
+ * and fills the library's hook variables. */
+tlmrt_status tlmrt_cpu_pool_start(int32_t num_threads, void* dl_handle, const char* what, tlmrt_cpu_pool** out,
+                                  char* err, size_t err_cap);
+void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool);
+/* Makes `pool` the one the launch hook uses on the calling thread; returns the previous one, which
+ * the caller restores with tlmrt_cpu_pool_leave when its kernels are done. */
+tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool);
+void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous);
 
 #endif /* TLMRT_INTERNAL_H_ */
