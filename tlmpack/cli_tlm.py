@@ -29,16 +29,22 @@ def _store(data_dir: str | None):
 @click.option("--per-task", default=32, show_default=True, help="Programs per task (existing ones count).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--budget-minutes", default=None, type=float, help="Stop starting new batches after this long.")
-@click.option("--batch", default=8, show_default=True, help="Programs built per tvm.compile and flushed together.")
+@click.option("--batch", default=48, show_default=True,
+              help="x86: at most this many new programs of a task per build job (one tvm.compile, one library).")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 @click.option("--no-progress", is_flag=True, help="One line per task instead of a progress bar.")
 @click.option("--max-wait-s", default=30.0, show_default=True,
               help="Before timing a program, wait up to this long for other processes to leave the cores free.")
 @click.option("--threads", default=None, type=int,
               help="Build for and run on this many cores (default: all); the records' hardware says so.")
+@click.option("--build-workers", default=None, type=int,
+              help="x86: processes that sample and build ahead while kernels are timed (default: one per core); "
+                   "they are paused while a kernel runs.")
+@click.option("--pause-niced", is_flag=True,
+              help="x86: also pause (SIGSTOP/SIGCONT) this user's lower-priority processes while a kernel is timed.")
 def collect(models: str | None, target: str, out_dir: str | None, tasks: int, per_task: int, seed: int,
             budget_minutes: float | None, batch: int, data_dir: str | None, no_progress: bool, max_wait_s: float,
-            threads: int | None) -> None:
+            threads: int | None, build_workers: int | None, pause_niced: bool) -> None:
     """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
     from .schedule.data.collect import collect as run
     from .schedule.data.corpus import DEFAULT_ORDER
@@ -58,7 +64,7 @@ def collect(models: str | None, target: str, out_dir: str | None, tasks: int, pe
     names = [m.strip() for m in models.split(",")] if models else list(DEFAULT_ORDER)
     summary = run(_store(data_dir), names, per_task, seed, budget_minutes, batch,
                   say=lambda m: click.echo(m, err=True), progress=not no_progress, max_wait_s=max_wait_s,
-                  threads=threads)
+                  threads=threads, build_workers=build_workers, pause_niced=pause_niced)
     click.echo(json.dumps(summary.to_json(), sort_keys=True))
     if summary.stopped == "interrupted":
         sys.exit(130)
@@ -95,13 +101,15 @@ def stats(as_json: bool, data_dir: str | None) -> None:
 @click.option("--back-to-back", is_flag=True, help="Also measure each program twice in a row now.")
 @click.option("--threads", default=None, type=int, help="Re-measure the records taken on this many cores.")
 @click.option("--max-wait-s", default=30.0, show_default=True, help="Wait this long at most for quiet cores.")
+@click.option("--pause-niced", is_flag=True, help="Pause this user's lower-priority processes while timing.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
-def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_wait_s: float,
+def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_wait_s: float, pause_niced: bool,
            data_dir: str | None) -> None:
     """Re-measure random quiet x86 records and print the median relative difference of their latencies."""
     from .schedule.data.remeasure import remeasure
 
-    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads, max_wait_s),
+    click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads, max_wait_s,
+                                    pause_niced),
                           sort_keys=True))
 
 

@@ -1,17 +1,18 @@
-"""The collect loop: corpus models → tasks (extracted once, stored) → random legal points →
-x86 measurements → records, flushed batch by batch. Resumable: a task's existing records count
-toward ``per_task`` and are never measured twice; a stop at any moment loses at most one batch."""
+"""The collect loop: corpus models → tasks (extracted once, stored) → random legal points, built by
+worker processes → x86 measurements through runtime_c → records, flushed task by task. Resumable: a
+task's existing records count toward ``per_task`` and are never measured twice; a stop at any moment
+loses only the tasks in flight."""
 
 from __future__ import annotations
 
 import os
 import platform
-import random
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .store import RECORD_VERSION, Store
 
@@ -78,13 +79,6 @@ def ensure_tasks(store: Store, models: list[str], say: Callable[[str], None]) ->
     return out
 
 
-def use_threads(threads: int | None) -> int:
-    """Sets TVM's runtime thread count (before its pool starts) and returns it."""
-    threads = threads or len(os.sched_getaffinity(0))
-    os.environ["TVM_NUM_THREADS"] = str(threads)
-    return threads
-
-
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -104,13 +98,22 @@ def _decisions_key(decisions: list) -> tuple:
 
 
 def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budget_minutes: float | None = None,
-            batch: int = 8, say: Callable[[str], None] = print, progress: bool = True,
-            max_wait_s: float = 30.0, threads: int | None = None) -> CollectSummary:
+            batch: int = 48, say: Callable[[str], None] = print, progress: bool = True,
+            max_wait_s: float = 30.0, threads: int | None = None, build_workers: int | None = None,
+            pause_niced: bool = False) -> CollectSummary:
     """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86,
-    built for and run on ``threads`` cores (default: all). On a shared host, fewer threads than
-    cores keeps timings clean while other work holds the remaining cores."""
-    threads = use_threads(threads)
+    built for and run on ``threads`` cores (default: all) through runtime_c's kernel path.
+
+    ``build_workers`` processes (default: one per core) sample and build the next tasks' programs
+    (x86_build.build_job, at most ``batch`` programs a job) while this process checks and times the
+    last ones; they are paused (SIGSTOP) while a kernel is timed, as is every lower-priority process
+    of this user with ``pause_niced``, so timings see quiet cores."""
+    import multiprocessing
+    import shutil
     import signal
+    import tempfile
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
 
     import tvm
 
@@ -118,11 +121,10 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
 
     from ..hardware import detect_x86
     from ..language import LANGUAGE_VERSION
-    from ..space import DesignSpace
-    from .corpus import load_func
-    from .measure import Measurement, compile_batch, measure, run_reference
-    from .sample import sample_point
+    from .measure import Measurement, measure_folder, niced_processes
+    from .x86_build import build_job, init_worker
 
+    threads = threads or len(os.sched_getaffinity(0))
     started = time.perf_counter()
     deadline = started + budget_minutes * 60 if budget_minutes else float("inf")
     summary = CollectSummary()
@@ -131,78 +133,98 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     from ...lower.x86 import x86_target
 
     target = x86_target(num_cores=threads)
-    tvm_target = target.tvm_target()
     max_other = (os.cpu_count() or threads) - threads + 0.2  # other work may hold the cores we leave free
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # kill = Ctrl-C: the batch in flight is the only loss
+        signal.signal(signal.SIGTERM, _interrupt)  # kill = Ctrl-C: the tasks in flight are the only loss
     hardware = {**detect_x86(target.features, target.num_cores).to_json(), "llvm_cpu": target.cpu,
                 "features": list(target.features)}
     common = {"v": RECORD_VERSION, "target": "x86", "hardware": hardware, "machine": machine(),
               "tlmpack": tlmpack.__version__, "tvm": tvm.__version__, "language_version": LANGUAGE_VERSION,
-              "seed": seed}
+              "seed": seed, "timer": "runtime_c"}
+    todo = [(model, entry) for model, entry in tasks if len(done.get(entry["key"], ())) < per_task]
     writer = store.writer("x86")
-    bar = _bar(len(tasks), progress)
-    try:
-        for model, entry in tasks:
-            bar.update(1)
+    bar = _bar(sum(per_task - len(done.get(e["key"], ())) for _, e in todo), progress)
+    workers = build_workers or os.cpu_count() or 1
+    scratch = Path(tempfile.mkdtemp(prefix="tlmpack-collect-"))
+    pid_dir = scratch / "workers"
+    pid_dir.mkdir()
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=init_worker, initargs=(None, str(pid_dir)))
+    in_flight: deque = deque()
+    queue: deque = deque(todo)
+
+    def submit_next() -> bool:
+        while queue:
+            model, entry = queue.popleft()
             key = entry["key"]
             have = done.setdefault(key, set())
-            if len(have) >= per_task:
+            count = min(batch, per_task - len(have))
+            if count <= 0:
                 continue
-            if time.perf_counter() > deadline:
-                summary.stopped = "budget"
-                break
+            folder = scratch / f"{key}-{len(have)}"
+            future = executor.submit(build_job, str(store.root), key, threads, seed, str(folder), count,
+                                     frozenset(have))
+            in_flight.append((model, entry, future))
+            return True
+        return False
+
+    try:
+        while len(in_flight) < workers + 1 and time.perf_counter() < deadline and submit_next():
+            pass
+        while in_flight:
+            model, entry, future = in_flight.popleft()
+            job = future.result()
+            if time.perf_counter() < deadline:
+                submit_next()
             summary.tasks_seen += 1
-            task = store.task(key)
-            func = load_func(task)
-            space = DesignSpace(func, tvm_target, seed=seed)
-            ref_seed = (int(key[:8], 16) ^ seed) & 0x7FFFFFFF
-            args, expected = run_reference(func, task["num_outputs"], tvm_target, ref_seed)
-            rng = random.Random(f"{seed}:{key}:{len(have)}")
-            misses = 0
-            while len(have) < per_task and misses < 4 * batch and time.perf_counter() < deadline:
-                points = []
-                while len(points) < min(batch, per_task - len(have)) and misses < 4 * batch:
-                    summary.sampled += 1
-                    point = sample_point(space, rng)
-                    if point is None:
-                        summary.rejected += 1
-                        misses += 1
-                        continue
-                    pkey = (point.sketch, _decisions_key([d.to_json() for d in point.decisions]))
-                    if pkey in have or any(p.key() == point.key() for p in points):
-                        summary.duplicates += 1
-                        misses += 1
-                        continue
-                    points.append(point)
-                if not points:
-                    break
-                built = compile_batch({f"p{i}": p.func for i, p in enumerate(points)}, tvm_target)
-                records = []
-                for i, p in enumerate(points):
-                    mod = built[f"p{i}"]
-                    if isinstance(mod, str):
-                        m = Measurement(False, error=mod)
-                    else:
-                        m = measure(mod, f"p{i}", args, expected, max_wait_s=max_wait_s, max_other=max_other)
-                    summary.measured += 1
-                    summary.valid += m.valid
-                    if not m.valid:
-                        reason = m.error.split(":")[0].split(" ")[0]
-                        summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
-                    records.append({**common, "task": key, "task_name": entry["name"], "model": model,
-                                    "sketch": p.sketch, "decisions": [d.to_json() for d in p.decisions],
-                                    **m.to_json(), "loadavg": round(os.getloadavg()[0], 2),
-                                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-                    have.add((p.sketch, _decisions_key([d.to_json() for d in p.decisions])))
-                writer.append(records)  # flushed: a stop after this loses nothing
-                bar.set_postfix_str(f"{entry['name'][:24]} {summary.valid}/{summary.measured} valid")
-        else:
-            summary.stopped = summary.stopped or "done"
+            summary.sampled += job.sampled
+            summary.rejected += job.rejected
+            summary.duplicates += job.duplicates
+            if job.error:
+                say(f"{entry['name']}: {job.error}")
+                shutil.rmtree(job.folder, ignore_errors=True)
+                continue
+            outcomes: list[tuple[int, list, Measurement]] = [
+                (sketch, decisions, Measurement(False, error=err)) for _, sketch, decisions, err in job.failed]
+            if job.programs:
+                pause = [int(p.name) for p in pid_dir.iterdir()] + (niced_processes() if pause_niced else [])
+                measured = measure_folder(job.folder, [n for n, _, _ in job.programs], threads, pause, max_other,
+                                          max_wait_s)
+                outcomes += [(sketch, decisions, measured[n]) for n, sketch, decisions in job.programs]
+            records = []
+            key = entry["key"]
+            for sketch, decisions, m in outcomes:
+                summary.measured += 1
+                summary.valid += m.valid
+                if not m.valid:
+                    reason = m.error.split(":")[0].split(" ")[0]
+                    summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
+                records.append({**common, "task": key, "task_name": entry["name"], "model": model,
+                                "sketch": sketch, "decisions": decisions, **m.to_json(),
+                                "loadavg": round(os.getloadavg()[0], 2),
+                                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                done[key].add((sketch, _decisions_key(decisions)))
+            if records:
+                writer.append(records)  # flushed: a stop after this loses only the jobs in flight
+            if len(done[key]) < per_task and not job.exhausted and job.programs:
+                queue.appendleft((model, entry))  # more to do: its next job goes first
+                if len(in_flight) < workers + 1 and time.perf_counter() < deadline:
+                    submit_next()
+            shutil.rmtree(job.folder, ignore_errors=True)
+            bar.set_postfix_str(f"{entry['name'][:24]} {summary.valid}/{summary.measured} valid")
+            bar.update(len(outcomes))
+        summary.stopped = "budget" if time.perf_counter() >= deadline else "done"
     except KeyboardInterrupt:
         summary.stopped = "interrupted"
     finally:
         bar.close()
+        executor.shutdown(wait=False, cancel_futures=True)
+        for pid in [int(p.name) for p in pid_dir.iterdir()]:  # a worker mid-build: it has nothing to keep
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(scratch, ignore_errors=True)
         summary.seconds = time.perf_counter() - started
     return summary
 
@@ -229,7 +251,7 @@ def _bar(total: int, enabled: bool):
         try:
             from tqdm import tqdm
 
-            return tqdm(total=total, unit="task", dynamic_ncols=True)
+            return tqdm(total=total, unit="program", dynamic_ncols=True)
         except ImportError:
             pass
     return _Lines(total)

@@ -11,58 +11,57 @@ from .store import Store, is_quiet
 
 
 def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False, threads: int | None = None,
-              max_wait_s: float = 30.0) -> dict:
-    """Re-measures ``count`` random valid, quiet x86 records taken on ``threads`` cores; reports the median relative difference
-    |new - old| / old (of the medians, and of the minima) and the programs that no longer replay
-    or check. ``back_to_back``: also measure each program twice now, which separates the noise of
-    the procedure from drift in the machine's load since the record was taken."""
+              max_wait_s: float = 30.0, pause_niced: bool = False) -> dict:
+    """Re-measures ``count`` random valid, quiet x86 records taken on ``threads`` cores through
+    runtime_c; reports the median relative difference |new - old| / old (of the medians, and of
+    the minima) and the programs that no longer replay or check. ``back_to_back``: also measure
+    each program twice now, which separates the noise of the procedure from drift in the
+    machine's load since the record was taken."""
     import os
+    import shutil
+    import tempfile
 
-    from .collect import use_threads
+    from .measure import measure_folder, niced_processes
+    from .x86_build import build_job
 
-    threads = use_threads(threads)
+    threads = threads or len(os.sched_getaffinity(0))
     max_other = (os.cpu_count() or threads) - threads + 0.2
-    from ...lower.x86 import x86_target
-    from ..records import Decision
-    from ..space import DesignSpace
-    from .corpus import load_func
-    from .measure import compile_batch, measure, run_reference
-    from .sample import replay_point
-
     records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == threads
-               and is_quiet(r)]  # quiet records: what training should use
+               and is_quiet(r) and r.get("timer") == "runtime_c"]  # quiet records: what training should use
     chosen = random.Random(seed).sample(records, min(count, len(records)))
-    target = x86_target(num_cores=threads).tvm_target()
     diffs, min_diffs, again_diffs, ratios, loads = [], [], [], [], []
     failures, started = 0, time.perf_counter()
-    by_task: dict[str, list[dict]] = {}
+    by_task: dict[tuple[str, int], list[dict]] = {}
     for r in chosen:
-        by_task.setdefault(r["task"], []).append(r)
-    for key, recs in by_task.items():
-        task = store.task(key)
-        func = load_func(task)
-        space = DesignSpace(func, target, seed=recs[0].get("seed", 0))
-        args, expected = run_reference(func, task["num_outputs"], target, (int(key[:8], 16) ^ recs[0].get("seed", 0))
-                                       & 0x7FFFFFFF)
-        points = [replay_point(space, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"])) for r in recs]
-        funcs = {f"p{i}": p.func for i, p in enumerate(points) if p is not None}
-        failures += sum(p is None for p in points)
-        built = compile_batch(funcs, target) if funcs else {}
-        for i, r in enumerate(recs):
-            mod = built.get(f"p{i}")
-            m = measure(mod, f"p{i}", args, expected, max_wait_s=max_wait_s, max_other=max_other) \
-                if mod is not None and not isinstance(mod, str) else None
-            if m is None or not m.valid:
-                failures += m is not None
+        by_task.setdefault((r["task"], r.get("seed", 0)), []).append(r)
+    scratch = tempfile.mkdtemp(prefix="tlmpack-repeat-")
+    try:
+        for (key, record_seed), recs in by_task.items():
+            folder = os.path.join(scratch, key)
+            job = build_job(str(store.root), key, threads, record_seed, folder,
+                            points=[(r["sketch"], r["decisions"]) for r in recs])
+            failures += len(job.failed) + (len(recs) if job.error else 0)
+            if job.error or not job.programs:
                 continue
-            loads.append(m.other_load)
-            diffs.append(abs(m.median_us - r["median_us"]) / r["median_us"])
-            ratios.append(m.median_us / r["median_us"])
-            min_diffs.append(abs(m.min_us - r["min_us"]) / r["min_us"])
-            if back_to_back:
-                m2 = measure(mod, f"p{i}", args, expected, max_wait_s=max_wait_s, max_other=max_other)
-                again_diffs.append(abs(m2.median_us - m.median_us) / m.median_us)
-    return {"remeasured": len(diffs), "failures": failures, "threads": os.environ["TVM_NUM_THREADS"],
+            names = [n for n, _, _ in job.programs]
+            pause = niced_processes() if pause_niced else []
+            now = measure_folder(folder, names, threads, pause, max_other, max_wait_s)
+            again = measure_folder(folder, names, threads, pause, max_other, max_wait_s) if back_to_back else {}
+            for name in names:
+                r, m = recs[int(name[1:])], now[name]
+                if not m.valid:
+                    failures += 1
+                    continue
+                loads.append(m.other_load)
+                diffs.append(abs(m.median_us - r["median_us"]) / r["median_us"])
+                ratios.append(m.median_us / r["median_us"])
+                min_diffs.append(abs(m.min_us - r["min_us"]) / r["min_us"])
+                if name in again and again[name].valid:
+                    again_diffs.append(abs(again[name].median_us - m.median_us) / m.median_us)
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"remeasured": len(diffs), "failures": failures, "threads": threads,
             "median_rel_diff": _median(diffs), "median_new_over_old": _median(ratios), "p90_rel_diff": _p90(diffs),
             "min_rel_diff": _median(min_diffs), "back_to_back_median_rel_diff": _median(again_diffs),
             "median_other_load": _median(loads), "seconds": round(time.perf_counter() - started, 1)}

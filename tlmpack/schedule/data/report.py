@@ -4,6 +4,7 @@ random legal programs) and, optionally, where the heuristic schedule lands."""
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 from .store import Store
 
@@ -24,7 +25,6 @@ def heuristic_latency(store: Store, key: str, cores: int) -> tuple[float | None,
     from ..hardware import detect_x86
     from ..select import fixed_schedule, schedule_with_rules
     from .corpus import load_func
-    from .measure import compile_batch, measure, run_reference
 
     target = x86_target(num_cores=cores)
     tvm_target = target.tvm_target()
@@ -38,11 +38,18 @@ def heuristic_latency(store: Store, key: str, cores: int) -> tuple[float | None,
         if fixed is None:
             return None, "none"
         scheduled, who = fixed[1], fixed[3]
-    args, expected = run_reference(func, task["num_outputs"], tvm_target, int(key[:8], 16) & 0x7FFFFFFF)
-    mod = compile_batch({"h": scheduled}, tvm_target)["h"]
-    if isinstance(mod, str):
-        return None, who
-    m = measure(mod, "h", args, expected)
+    import os
+    import tempfile
+
+    from .measure import measure_folder
+    from .x86_build import build_library, reference_seed, write_reference
+
+    with tempfile.TemporaryDirectory(prefix="tlmpack-heuristic-") as folder:
+        write_reference(func, task["num_outputs"], tvm_target, reference_seed(key, 0),
+                        os.path.join(folder, "reference.npz"))
+        if build_library({"h": scheduled}, tvm_target, Path(folder) / "kernels.so"):
+            return None, who
+        m = measure_folder(folder, ["h"], cores)["h"]
     return (m.median_us if m.valid else None), who
 
 
@@ -50,9 +57,9 @@ def task_table(store: Store, heuristic: bool = False, models: list[str] | None =
                threads: int | None = None) -> str:
     """Markdown: one row per task with records, best, median, median/best (and the heuristic);
     ``models``: only the tasks of these corpus models."""
-    from .collect import use_threads
+    import os
 
-    threads = use_threads(threads)
+    threads = threads or len(os.sched_getaffinity(0))
     lat = latencies(store, threads)
     names = {}
     for path in sorted((store.root / "corpus").glob("*.json")):

@@ -1,0 +1,175 @@
+"""The TVM half of x86 collection: sample a task's programs, build them into one shared library and
+run the unscheduled reference. Runs in build worker processes (see collect.py), so the process that
+times kernels never builds one, and imports no TVM.
+
+A job writes into its own folder:
+
+    kernels.so     every program of the job, kernel ``p<i>`` (TVM's export_library, llvm)
+    reference.npz  the task's arguments (``arg<i>``, outputs pre-filled with NaN) and the expected
+                   outputs (``expected<i>``), from the unscheduled task on the same inputs
+and returns a picklable JobResult naming the programs and the ones that did not build.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .measure import random_arguments
+
+
+@dataclass
+class JobResult:
+    """What one build job made. ``programs``: (kernel name, sketch, decisions as JSON) of every
+    program in kernels.so; ``failed``: the same for programs that did not build, with the error."""
+
+    key: str
+    folder: str
+    programs: list[tuple[str, int, list]] = field(default_factory=list)
+    failed: list[tuple[str, int, list, str]] = field(default_factory=list)
+    sampled: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    exhausted: bool = False  # new points stopped coming: the space is (nearly) all measured
+    error: str = ""  # the job as a whole failed (the reference did not build, ...)
+
+
+def _compile(funcs: dict[str, Any], target):
+    import tvm
+
+    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
+    return tvm.compile(mod, target=target)
+
+
+def compile_group(funcs: dict[str, Any], target) -> tuple[Any, dict[str, str]]:
+    """One tvm.compile for the group (much faster than one each). When it fails, halves, so one bad
+    program sinks no others: (list of executables, build error per program)."""
+    try:
+        return [_compile(funcs, target)], {}
+    except Exception as e:  # noqa: BLE001  TVM raises many kinds
+        names = list(funcs)
+        if len(names) == 1:
+            text = str(e).strip().splitlines()
+            return [], {names[0]: f"build: {type(e).__name__}: {(text[0] if text else '')[:200]}"}
+    half = len(names) // 2
+    built, errors = [], {}
+    for part in (names[:half], names[half:]):
+        b, er = compile_group({n: funcs[n] for n in part}, target)
+        built += b
+        errors.update(er)
+    return built, errors
+
+
+def reference_seed(key: str, seed: int) -> int:
+    """The task's input seed: the same for every job and re-measurement of one collect seed."""
+    return (int(key[:8], 16) ^ seed) & 0x7FFFFFFF
+
+
+def write_reference(func, num_outputs: int, target, seed: int, path: Path) -> None:
+    """Runs the unscheduled task once on seeded random arguments and saves arguments and outputs."""
+    import tvm
+
+    args = random_arguments(func, num_outputs, seed)
+    mod = _compile({"reference": func}, target).mod
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    mod["reference"](*tensors)
+    expected = [t.numpy() for t in tensors[len(args) - num_outputs:]]
+    np.savez(path, **{f"arg{i}": a for i, a in enumerate(args)}, **{f"expected{i}": e for i, e in enumerate(expected)})
+
+
+def load_reference(path: str | Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(arguments, expected outputs) written by write_reference."""
+    with np.load(path) as z:
+        args = [z[f"arg{i}"] for i in range(sum(k.startswith("arg") for k in z.files))]
+        expected = [z[f"expected{i}"] for i in range(sum(k.startswith("expected") for k in z.files))]
+    return args, expected
+
+
+def _point_key(sketch: int, decisions: list) -> tuple:
+    return (sketch, tuple((k, tuple(v) if isinstance(v, list | tuple) else v) for k, v in decisions))
+
+
+def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, count: int = 0,
+              known: frozenset = frozenset(), points: list[tuple[int, list]] | None = None) -> JobResult:
+    """Samples ``count`` new random legal programs of task ``key`` (none of ``known``), or replays
+    the given ``points`` (sketch, decisions JSON) for re-measurement; builds them for this x86 with
+    ``threads`` cores into ``folder``/kernels.so and writes ``folder``/reference.npz."""
+    from ...lower.x86 import x86_target
+    from ..records import Decision
+    from ..space import DesignSpace
+    from .corpus import load_func
+    from .sample import replay_point, sample_point
+    from .store import Store
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    result = JobResult(key, str(out))
+    task = Store(data_root).task(key)
+    func = load_func(task)
+    target = x86_target(num_cores=threads).tvm_target()
+    space = DesignSpace(func, target, seed=seed)
+    chosen: dict[str, tuple[int, list, Any]] = {}
+    if points is not None:
+        for i, (sketch, decisions) in enumerate(points):
+            p = replay_point(space, sketch, tuple(Decision.from_json(d) for d in decisions))
+            if p is None:
+                result.failed.append((f"p{i}", sketch, decisions, "replay: no longer a legal point"))
+            else:
+                chosen[f"p{i}"] = (sketch, decisions, p.func)
+    else:
+        rng = random.Random(f"{seed}:{key}:{len(known)}")
+        seen, misses = set(known), 0
+        while len(chosen) < count and misses < 4 * max(count, 8):
+            result.sampled += 1
+            p = sample_point(space, rng)
+            if p is None:
+                result.rejected += 1
+                misses += 1
+                continue
+            decisions = [d.to_json() for d in p.decisions]
+            pkey = _point_key(p.sketch, decisions)
+            if pkey in seen:
+                result.duplicates += 1
+                misses += 1
+                continue
+            seen.add(pkey)
+            chosen[f"p{len(chosen)}"] = (p.sketch, decisions, p.func)
+        result.exhausted = len(chosen) < count
+    try:
+        write_reference(func, task["num_outputs"], target, reference_seed(key, seed), out / "reference.npz")
+    except Exception as e:  # noqa: BLE001
+        result.error = f"reference: {type(e).__name__}: {str(e)[:200]}"
+        return result
+    if not chosen:
+        return result
+    errors = build_library({n: f for n, (_, _, f) in chosen.items()}, target, out / "kernels.so")
+    for n, err in errors.items():
+        result.failed.append((n, chosen[n][0], chosen[n][1], err))
+    result.programs = [(n, s, d) for n, (s, d, _) in chosen.items() if n not in errors]
+    return result
+
+
+def build_library(funcs: dict[str, Any], target, path: Path) -> dict[str, str]:
+    """Builds the scheduled ``funcs`` into one shared library at ``path`` (kernels named by the
+    keys); returns the build error of each program left out."""
+    built, errors = compile_group(funcs, target)
+    good = {n: f for n, f in funcs.items() if n not in errors}
+    if good:
+        executable = built[0] if not errors else _compile(good, target)  # the halves, as one library
+        executable.export_library(str(path))
+    return errors
+
+
+def init_worker(cores: list[int] | None, pid_dir: str | None = None) -> None:
+    """Build worker start-up: keep to ``cores`` (when given), run at low priority, and leave this
+    process's id in ``pid_dir`` so the timing process can pause it."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+    os.nice(5)
+    if pid_dir:
+        Path(pid_dir, str(os.getpid())).touch()
