@@ -1,0 +1,75 @@
+"""The shared-memory lower bound that guides CUDA tile sampling must never rule out a point
+VerifyGPUCode accepts, and must make legal points of large matmuls much more likely."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm import te, topi  # noqa: E402
+
+from tlmpack.schedule.data.cuda_footprint import SharedFootprint  # noqa: E402
+from tlmpack.schedule.data.cuda_programs import MAX_SHARED_BYTES, cuda_tvm_target, sample_cuda_point  # noqa: E402
+from tlmpack.schedule.space import DesignSpace  # noqa: E402
+
+
+def _dense(m: int, n: int, k: int):
+    a = te.placeholder((m, k), name="A")
+    w = te.placeholder((n, k), name="W")
+    return te.create_prim_func([a, w, topi.nn.dense(a, w)])
+
+
+def _conv_stride2():
+    x = te.placeholder((1, 32, 28, 28), name="X")
+    k = te.placeholder((64, 32, 3, 3), name="K")
+    return te.create_prim_func([x, k, topi.nn.conv2d_nchw(x, k, 2, 1, 1)])
+
+
+def _main_tiles(point, footprint: SharedFootprint) -> list[int]:
+    tiles = [d.value for d in point.decisions if d.kind == "tile" and len(d.value) in (3, 5)]
+    return [SharedFootprint.block_tile(v) for v in tiles[:len(footprint.loops)]]
+
+
+def test_dense_footprint_is_both_input_tiles():
+    fp = SharedFootprint.of(_dense(64, 128, 256))
+    assert fp.loops == ((64, False), (128, False), (256, True))
+    # A[i, k] and W[j, k], fp32: (8 x 16) + (4 x 16) floats
+    assert fp.bytes([8, 4, 16]) == 4 * (8 * 16 + 4 * 16)
+    assert fp.bytes([1, 1, 1]) == 8
+
+
+def test_strided_conv_spans_the_input_window():
+    fp = SharedFootprint.of(_conv_stride2())
+    tiles = [1, 4, 2, 3, 8, 3, 3]  # n, co, oh, ow, ci, kh, kw
+    # input: ci 8 x (2*(2-1) + 3) x (2*(3-1) + 3); weight: co 4 x ci 8 x 3 x 3
+    assert fp.bytes(tiles) == 4 * (8 * 5 * 7 + 4 * 8 * 3 * 3)
+
+
+def test_pointwise_tasks_have_no_footprint():
+    x = te.placeholder((64, 64), name="X")
+    assert SharedFootprint.of(te.create_prim_func([x, topi.nn.relu(x)])) is None
+
+
+@pytest.mark.parametrize("make", [lambda: _dense(512, 768, 768), _conv_stride2])
+def test_the_bound_never_exceeds_what_the_verifier_accepts(make):
+    func = make()
+    space = DesignSpace(func, cuda_tvm_target(), seed=0)
+    fp = SharedFootprint.of(func)
+    rng = random.Random(0)
+    legal = [p for p in (sample_cuda_point(space, rng) for _ in range(120)) if p is not None]
+    assert legal, "no legal point among 120 unguided samples"
+    for p in legal:
+        assert fp.bytes(_main_tiles(p, fp)) <= MAX_SHARED_BYTES
+
+
+def test_guided_sampling_finds_legal_large_matmul_points_more_often():
+    func = _dense(512, 768, 768)
+    space = DesignSpace(func, cuda_tvm_target(), seed=0)
+    fp = SharedFootprint.of(func)
+    plain = sum(sample_cuda_point(space, random.Random(i)) is not None for i in range(60))
+    guided = [sample_cuda_point(space, random.Random(i), fp) for i in range(60)]
+    assert sum(p is not None for p in guided) > 2 * max(plain, 1)
+    assert all(fp.bytes(_main_tiles(p, fp)) <= MAX_SHARED_BYTES for p in guided if p is not None)
