@@ -148,6 +148,8 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     scratch = Path(tempfile.mkdtemp(prefix="tlmpack-collect-"))
     pid_dir = scratch / "workers"
     pid_dir.mkdir()
+    references = scratch / "references"  # one per task, shared by its jobs
+    references.mkdir()
     executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=init_worker, initargs=(None, str(pid_dir)))
     in_flight: deque = deque()
@@ -163,7 +165,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                 continue
             folder = scratch / f"{key}-{len(have)}"
             future = executor.submit(build_job, str(store.root), key, threads, seed, str(folder), count,
-                                     frozenset(have))
+                                     frozenset(have), None, str(references / f"{key}-{seed}.npz"))
             in_flight.append((model, entry, future))
             return True
         return False

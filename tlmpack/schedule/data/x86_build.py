@@ -95,10 +95,13 @@ def _point_key(sketch: int, decisions: list) -> tuple:
 
 
 def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, count: int = 0,
-              known: frozenset = frozenset(), points: list[tuple[int, list]] | None = None) -> JobResult:
+              known: frozenset = frozenset(), points: list[tuple[int, list]] | None = None,
+              reference_cache: str | None = None) -> JobResult:
     """Samples ``count`` new random legal programs of task ``key`` (none of ``known``), or replays
     the given ``points`` (sketch, decisions JSON) for re-measurement; builds them for this x86 with
-    ``threads`` cores into ``folder``/kernels.so and writes ``folder``/reference.npz."""
+    ``threads`` cores into ``folder``/kernels.so and writes ``folder``/reference.npz.
+    ``reference_cache``: where this task's reference for ``seed`` is kept between jobs (the
+    unscheduled task runs naive loops on one core: up to a minute for an LM head)."""
     from ...lower.x86 import x86_target
     from ..records import Decision
     from ..space import DesignSpace
@@ -141,7 +144,11 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
             chosen[f"p{len(chosen)}"] = (p.sketch, decisions, p.func)
         result.exhausted = len(chosen) < count
     try:
-        write_reference(func, task["num_outputs"], target, reference_seed(key, seed), out / "reference.npz")
+        if reference_cache is None or not os.path.exists(reference_cache):
+            write_reference(func, task["num_outputs"], target, reference_seed(key, seed),
+                            Path(reference_cache or out / "reference.npz"))
+        if reference_cache is not None:
+            os.link(reference_cache, out / "reference.npz")
     except Exception as e:  # noqa: BLE001
         result.error = f"reference: {type(e).__name__}: {str(e)[:200]}"
         return result
