@@ -93,6 +93,9 @@ def stats(as_json: bool, data_dir: str | None) -> None:
     click.echo(f"tasks: {s['tasks']} ({s['tasks_with_records']} with valid records), models: {len(s['models'])}")
     for target, n in sorted(s["records"].items()):
         click.echo(f"{target}: {n} valid records, {s['invalid'].get(target, 0)} invalid")
+    if s["x86_timer"]:
+        timers = ", ".join(f"{n} through {t}" for t, n in sorted(s["x86_timer"].items()))
+        click.echo(f"x86 valid records timed: {timers}")
 
 
 @tlm.command()

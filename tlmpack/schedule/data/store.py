@@ -96,16 +96,21 @@ class Store:
         invalid: dict[str, int] = {"x86": 0, "cuda": 0}
         per_task: dict[str, int] = {}
         quiet: dict[str, int] = {"x86": 0, "cuda": 0}
+        timers: dict[str, int] = {}
         for r in self.records():
             target = r.get("target", "?")
             if r.get("valid"):
                 counts[target] = counts.get(target, 0) + 1
+                if target == "x86":
+                    timer = r.get("timer", "tvm_runtime")
+                    timers[timer] = timers.get(timer, 0) + 1
                 if is_quiet(r):
                     quiet[target] = quiet.get(target, 0) + 1
                 per_task[r["task"]] = per_task.get(r["task"], 0) + 1
             else:
                 invalid[target] = invalid.get(target, 0) + 1
         return {"tasks": len(self.task_keys()), "records": counts, "invalid": invalid, "quiet": quiet,
+                "x86_timer": timers,
                 "tasks_with_records": len(per_task),
                 "models": sorted(p.stem for p in (self.root / "corpus").glob("*.json"))}
 
