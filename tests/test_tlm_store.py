@@ -88,3 +88,16 @@ def test_collect_measures_checks_and_resumes(one_task_store):
     assert again.measured == 0 and len(list(store.records("x86"))) == 3
     more = collect(store, ["toy"], per_task=4, seed=1, progress=False, say=lambda m: None, max_wait_s=0)
     assert more.measured == 1
+
+
+def test_repeat_rebuilds_stored_points_and_times_them_again(one_task_store):
+    from tlmpack.schedule.data.collect import collect
+    from tlmpack.schedule.data.remeasure import remeasure
+
+    store, _ = one_task_store
+    collect(store, ["toy"], per_task=3, seed=2, progress=False, say=lambda m: None, max_wait_s=0, threads=1,
+            build_workers=1)
+    assert all(r["timer"] == "runtime_c" and r["hardware"]["cores"] == 1 for r in store.records("x86"))
+    out = remeasure(store, 3, threads=1, back_to_back=True, max_wait_s=0, quiet_only=False)
+    assert out["remeasured"] == 3 and out["failures"] == 0
+    assert out["median_rel_diff"] is not None and out["back_to_back_median_rel_diff"] is not None

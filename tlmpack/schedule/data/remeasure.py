@@ -11,12 +11,13 @@ from .store import Store, is_quiet
 
 
 def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False, threads: int | None = None,
-              max_wait_s: float = 30.0, pause_niced: bool = False) -> dict:
+              max_wait_s: float = 30.0, pause_niced: bool = False, quiet_only: bool = True) -> dict:
     """Re-measures ``count`` random valid, quiet x86 records taken on ``threads`` cores through
     runtime_c; reports the median relative difference |new - old| / old (of the medians, and of
     the minima) and the programs that no longer replay or check. ``back_to_back``: also measure
     each program twice now, which separates the noise of the procedure from drift in the
-    machine's load since the record was taken."""
+    machine's load since the record was taken. ``quiet_only``: only records timed on quiet cores
+    (what training uses)."""
     import os
     import shutil
     import tempfile
@@ -27,7 +28,7 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
     threads = threads or len(os.sched_getaffinity(0))
     max_other = (os.cpu_count() or threads) - threads + 0.2
     records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == threads
-               and is_quiet(r) and r.get("timer") == "runtime_c"]  # quiet records: what training should use
+               and (is_quiet(r) or not quiet_only) and r.get("timer") == "runtime_c"]  # quiet records: what training should use
     chosen = random.Random(seed).sample(records, min(count, len(records)))
     diffs, min_diffs, again_diffs, ratios, loads = [], [], [], [], []
     failures, started = 0, time.perf_counter()
