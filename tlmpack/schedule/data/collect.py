@@ -113,7 +113,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     import signal
     import tempfile
     from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     import tvm
 
@@ -152,7 +152,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     references.mkdir()
     executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=init_worker, initargs=(None, str(pid_dir)))
-    in_flight: deque = deque()
+    in_flight: dict = {}  # future -> (model, task entry)
     queue: deque = deque(todo)
 
     def submit_next() -> bool:
@@ -166,7 +166,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
             folder = scratch / f"{key}-{len(have)}"
             future = executor.submit(build_job, str(store.root), key, threads, seed, str(folder), count,
                                      frozenset(have), None, str(references / f"{key}-{seed}.npz"))
-            in_flight.append((model, entry, future))
+            in_flight[future] = (model, entry)
             return True
         return False
 
@@ -174,7 +174,9 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
         while len(in_flight) < workers + 1 and time.perf_counter() < deadline and submit_next():
             pass
         while in_flight:
-            model, entry, future = in_flight.popleft()
+            # whichever job is ready: a slow task must not leave the other workers idle
+            future = next(iter(wait(in_flight, return_when=FIRST_COMPLETED).done))
+            model, entry = in_flight.pop(future)
             job = future.result()
             if time.perf_counter() < deadline:
                 submit_next()
