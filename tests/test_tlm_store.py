@@ -84,6 +84,7 @@ def test_collect_measures_checks_and_resumes(one_task_store):
     assert first.measured == len(records) == 3
     assert all(r["task"] == key and r["valid"] and r["median_us"] > 0 and r["rel_err"] < 1e-4 for r in records)
     assert len({(r["sketch"], str(r["decisions"])) for r in records}) == 3
+    assert [r["chosen_by"] for r in records].count("heuristic") == 1  # where tlmpack's own choice lands
     again = collect(store, ["toy"], per_task=3, seed=1, progress=False, say=lambda m: None, max_wait_s=0)
     assert again.measured == 0 and len(list(store.records("x86"))) == 3
     more = collect(store, ["toy"], per_task=4, seed=1, progress=False, say=lambda m: None, max_wait_s=0)

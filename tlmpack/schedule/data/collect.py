@@ -93,6 +93,12 @@ def _existing(store: Store, target: str, cores: int) -> dict[str, set]:
     return done
 
 
+def _with_heuristic(store: Store, target: str, cores: int) -> set[str]:
+    """Task keys that have a runtime_c record of their heuristic schedule on ``cores`` cores."""
+    return {r["task"] for r in store.records(target) if r.get("chosen_by") == "heuristic"
+            and r.get("timer") == "runtime_c" and r.get("hardware", {}).get("cores") == cores}
+
+
 def _decisions_key(decisions: list) -> tuple:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in decisions)
 
@@ -100,14 +106,16 @@ def _decisions_key(decisions: list) -> tuple:
 def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budget_minutes: float | None = None,
             batch: int = 48, say: Callable[[str], None] = print, progress: bool = True,
             max_wait_s: float = 30.0, threads: int | None = None, build_workers: int | None = None,
-            pause_niced: bool = False) -> CollectSummary:
+            pause_niced: bool = False, heuristic: bool = True) -> CollectSummary:
     """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86,
     built for and run on ``threads`` cores (default: all) through runtime_c's kernel path.
 
     ``build_workers`` processes (default: one per core) sample and build the next tasks' programs
     (x86_build.build_job, at most ``batch`` programs a job) while this process checks and times the
     last ones; they are paused (SIGSTOP) while a kernel is timed, as is every lower-priority process
-    of this user with ``pause_niced``, so timings see quiet cores."""
+    of this user with ``pause_niced``, so timings see quiet cores. ``heuristic``: every task's
+    first job also builds the schedule tlmpack's heuristics choose (``chosen_by: "heuristic"``), so
+    the per-task table can say where it lands among the random programs."""
     import multiprocessing
     import shutil
     import signal
@@ -141,7 +149,9 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     common = {"v": RECORD_VERSION, "target": "x86", "hardware": hardware, "machine": machine(),
               "tlmpack": tlmpack.__version__, "tvm": tvm.__version__, "language_version": LANGUAGE_VERSION,
               "seed": seed, "timer": "runtime_c"}
-    todo = [(model, entry) for model, entry in tasks if len(done.get(entry["key"], ())) < per_task]
+    with_heuristic = _with_heuristic(store, "x86", threads) if heuristic else None
+    todo = [(model, entry) for model, entry in tasks if len(done.get(entry["key"], ())) < per_task
+            or (with_heuristic is not None and entry["key"] not in with_heuristic)]
     writer = store.writer("x86")
     bar = _bar(sum(per_task - len(done.get(e["key"], ())) for _, e in todo), progress)
     workers = build_workers or os.cpu_count() or 1
@@ -160,12 +170,15 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
             model, entry = queue.popleft()
             key = entry["key"]
             have = done.setdefault(key, set())
-            count = min(batch, per_task - len(have))
-            if count <= 0:
+            count = max(min(batch, per_task - len(have)), 0)
+            add_heuristic = with_heuristic is not None and key not in with_heuristic
+            if count <= 0 and not add_heuristic:
                 continue
+            if add_heuristic:
+                with_heuristic.add(key)  # asked for once per run
             folder = scratch / f"{key}-{len(have)}"
             future = executor.submit(build_job, str(store.root), key, threads, seed, str(folder), count,
-                                     frozenset(have), None, str(references / f"{key}-{seed}.npz"))
+                                     frozenset(have), None, str(references / f"{key}-{seed}.npz"), add_heuristic)
             in_flight[future] = (model, entry)
             return True
         return False
@@ -188,29 +201,32 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                 say(f"{entry['name']}: {job.error}")
                 shutil.rmtree(job.folder, ignore_errors=True)
                 continue
-            outcomes: list[tuple[int, list, Measurement]] = [
-                (sketch, decisions, Measurement(False, error=err)) for _, sketch, decisions, err in job.failed]
+            outcomes: list[tuple[str, int, list, Measurement]] = [
+                (name, sketch, decisions, Measurement(False, error=err)) for name, sketch, decisions, err in job.failed]
             if job.programs:
                 pause = [int(p.name) for p in pid_dir.iterdir()] + (niced_processes() if pause_niced else [])
                 measured = measure_folder(job.folder, [n for n, _, _ in job.programs], threads, pause, max_other,
                                           max_wait_s)
-                outcomes += [(sketch, decisions, measured[n]) for n, sketch, decisions in job.programs]
+                outcomes += [(n, sketch, decisions, measured[n]) for n, sketch, decisions in job.programs]
             records = []
             key = entry["key"]
-            for sketch, decisions, m in outcomes:
+            for name, sketch, decisions, m in outcomes:
+                chosen = {"chosen_by": "heuristic", "rule": job.heuristic_rule} if name == "h" else \
+                    {"chosen_by": "random"}
                 summary.measured += 1
                 summary.valid += m.valid
                 if not m.valid:
                     reason = m.error.split(":")[0].split(" ")[0]
                     summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
                 records.append({**common, "task": key, "task_name": entry["name"], "model": model,
-                                "sketch": sketch, "decisions": decisions, **m.to_json(),
+                                "sketch": sketch, "decisions": decisions, **chosen, **m.to_json(),
                                 "loadavg": round(os.getloadavg()[0], 2),
                                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                 done[key].add((sketch, _decisions_key(decisions)))
             if records:
                 writer.append(records)  # flushed: a stop after this loses only the jobs in flight
-            if len(done[key]) < per_task and not job.exhausted and job.programs:
+            sampled_any = any(p[0] != "h" for p in job.programs + job.failed)
+            if len(done[key]) < per_task and not job.exhausted and sampled_any:
                 queue.appendleft((model, entry))  # more to do: its next job goes first
                 if len(in_flight) < workers + 1 and time.perf_counter() < deadline:
                     submit_next()

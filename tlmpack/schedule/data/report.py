@@ -4,63 +4,54 @@ random legal programs) and, optionally, where the heuristic schedule lands."""
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 from .store import Store
 
 
-def latencies(store: Store, cores: int, target: str = "x86") -> dict[str, list[float]]:
-    """task key → the median latencies (µs) of its valid records taken on ``cores`` cores."""
+def latencies(store: Store, cores: int, target: str = "x86") -> tuple[dict[str, list[float]], dict[str, tuple]]:
+    """(task key → the median latencies (µs) of its valid random records taken on ``cores`` cores,
+    task key → (µs, rule) of its heuristic record, the latest)."""
     out: dict[str, list[float]] = {}
+    heuristic: dict[str, tuple] = {}
     for r in store.records(target):
-        if r.get("valid") and r["hardware"]["cores"] == cores:
+        if not r.get("valid") or r["hardware"]["cores"] != cores:
+            continue
+        if r.get("chosen_by") == "heuristic":
+            heuristic[r["task"]] = (r["median_us"], r.get("rule", ""))
+        else:
             out.setdefault(r["task"], []).append(r["median_us"])
-    return out
+    return out, heuristic
 
 
 def heuristic_latency(store: Store, key: str, cores: int) -> tuple[float | None, str]:
-    """Builds and measures the heuristic schedule of one stored task (plain weights, like the
-    random programs): (median µs or None, the rule or fallback that chose it)."""
-    from ...lower.x86 import x86_target
-    from ..hardware import detect_x86
-    from ..select import fixed_schedule, schedule_with_rules
-    from .corpus import load_func
-
-    target = x86_target(num_cores=cores)
-    tvm_target = target.tvm_target()
-    task = store.task(key)
-    func = load_func(task)
-    choice = schedule_with_rules(func, tvm_target, "x86", detect_x86(target.features, target.num_cores))
-    if choice is not None:
-        scheduled, who = choice.func, choice.rule
-    else:
-        fixed = fixed_schedule(func, tvm_target, 8)
-        if fixed is None:
-            return None, "none"
-        scheduled, who = fixed[1], fixed[3]
-    import os
+    """Builds and measures the heuristic schedule of one stored task now, through runtime_c (plain
+    weights, like the random programs): (median µs or None, the rule or fallback that chose it)."""
+    import shutil
     import tempfile
 
     from .measure import measure_folder
-    from .x86_build import build_library, reference_seed, write_reference
+    from .x86_build import build_job
 
-    with tempfile.TemporaryDirectory(prefix="tlmpack-heuristic-") as folder:
-        write_reference(func, task["num_outputs"], tvm_target, reference_seed(key, 0),
-                        os.path.join(folder, "reference.npz"))
-        if build_library({"h": scheduled}, tvm_target, Path(folder) / "kernels.so"):
-            return None, who
+    folder = tempfile.mkdtemp(prefix="tlmpack-heuristic-")
+    try:
+        job = build_job(str(store.root), key, cores, 0, folder, count=0, heuristic=True)
+        if job.error or not job.programs:
+            return None, job.heuristic_rule or "none"
         m = measure_folder(folder, ["h"], cores)["h"]
-    return (m.median_us if m.valid else None), who
+        return (m.median_us if m.valid else None), job.heuristic_rule
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def task_table(store: Store, heuristic: bool = False, models: list[str] | None = None,
                threads: int | None = None) -> str:
-    """Markdown: one row per task with records, best, median, median/best (and the heuristic);
-    ``models``: only the tasks of these corpus models."""
+    """Markdown: one row per task with records, best, median, median/best, and the heuristic's
+    record (collect measures it with the random programs; ``heuristic``: build and measure it now
+    for tasks without one); ``models``: only the tasks of these corpus models."""
     import os
 
     threads = threads or len(os.sched_getaffinity(0))
-    lat = latencies(store, threads)
+    lat, stored_heuristic = latencies(store, threads)
     names = {}
     for path in sorted((store.root / "corpus").glob("*.json")):
         entry = store.corpus(path.stem)
@@ -71,17 +62,17 @@ def task_table(store: Store, heuristic: bool = False, models: list[str] | None =
     lat = {k: v for k, v in lat.items() if k in names}
     head = "| task | model | records | best µs | median µs | median/best |"
     rule = "|---|---|---:|---:|---:|---:|"
-    if heuristic:
-        head += " heuristic µs | heuristic/best | chosen by |"
-        rule += "---:|---:|---|"
+    head += " heuristic µs | heuristic/best | chosen by |"
+    rule += "---:|---:|---|"
     rows = [head, rule]
     for key, values in sorted(lat.items(), key=lambda kv: names.get(kv[0], ("", ""))[::-1]):
         name, model = names.get(key, ("?", "?"))
         best, median = min(values), statistics.median(values)
         row = f"| {name} `{key[:8]}` | {model} | {len(values)} | {best:.1f} | {median:.1f} | {median / best:.2f} |"
-        if heuristic:
+        h, who = stored_heuristic.get(key, (None, ""))
+        if h is None and heuristic:
             h, who = heuristic_latency(store, key, threads)
-            row += f" {h:.1f} | {h / best:.2f} | {who} |" if h is not None else f" - | - | {who} |"
+        row += f" {h:.1f} | {h / best:.2f} | {who} |" if h is not None else f" - | - | {who} |"
         rows.append(row)
     return "\n".join(rows)
 

@@ -36,6 +36,7 @@ class JobResult:
     rejected: int = 0
     duplicates: int = 0
     exhausted: bool = False  # new points stopped coming: the space is (nearly) all measured
+    heuristic_rule: str = ""  # with heuristic=True: the rule (or fallback) that chose program "h"
     error: str = ""  # the job as a whole failed (the reference did not build, ...)
 
 
@@ -96,12 +97,13 @@ def _point_key(sketch: int, decisions: list) -> tuple:
 
 def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, count: int = 0,
               known: frozenset = frozenset(), points: list[tuple[int, list]] | None = None,
-              reference_cache: str | None = None) -> JobResult:
+              reference_cache: str | None = None, heuristic: bool = False) -> JobResult:
     """Samples ``count`` new random legal programs of task ``key`` (none of ``known``), or replays
     the given ``points`` (sketch, decisions JSON) for re-measurement; builds them for this x86 with
     ``threads`` cores into ``folder``/kernels.so and writes ``folder``/reference.npz.
     ``reference_cache``: where this task's reference for ``seed`` is kept between jobs (the
-    unscheduled task runs naive loops on one core: up to a minute for an LM head)."""
+    unscheduled task runs naive loops on one core: up to a minute for an LM head). ``heuristic``:
+    also the point tlmpack's compile-time heuristics choose (kernel ``h``), timed with the others."""
     from ...lower.x86 import x86_target
     from ..records import Decision
     from ..space import DesignSpace
@@ -143,6 +145,11 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
             seen.add(pkey)
             chosen[f"p{len(chosen)}"] = (p.sketch, decisions, p.func)
         result.exhausted = len(chosen) < count
+    if heuristic:
+        choice = heuristic_point(func, target, threads)
+        if choice is not None:
+            sketch, scheduled, decisions, result.heuristic_rule = choice
+            chosen["h"] = (sketch, [d.to_json() for d in decisions], scheduled)
     try:
         if reference_cache is None or not os.path.exists(reference_cache):
             write_reference(func, task["num_outputs"], target, reference_seed(key, seed),
@@ -159,6 +166,24 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
         result.failed.append((n, chosen[n][0], chosen[n][1], err))
     result.programs = [(n, s, d) for n, (s, d, _) in chosen.items() if n not in errors]
     return result
+
+
+def heuristic_point(func, tvm_target, cores: int) -> tuple[int, Any, tuple, str] | None:
+    """(sketch, scheduled PrimFunc, decisions, rule) that ``tlmpack build`` picks for this task on
+    this x86: the first fitting heuristic rule, else the fixed rules it falls back to."""
+    from ...lower.x86 import x86_target
+    from ..hardware import detect_x86
+    from ..select import fixed_schedule, schedule_with_rules
+
+    target = x86_target(num_cores=cores)
+    hardware = detect_x86(target.features, target.num_cores)
+    choice = schedule_with_rules(func, tvm_target, "x86", hardware)
+    if choice is not None:
+        return choice.sketch, choice.func, choice.decisions, choice.rule
+    fixed = fixed_schedule(func, tvm_target, max(hardware.vector_bits // 32, 1))
+    if fixed is None:
+        return None
+    return fixed[0], fixed[1], fixed[2], f"fallback:{fixed[3]}"
 
 
 def build_library(funcs: dict[str, Any], target, path: Path) -> dict[str, str]:
