@@ -3,6 +3,7 @@ VerifyGPUCode accepts, and must make legal points of large matmuls much more lik
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -12,7 +13,12 @@ pytest.importorskip("tvm")
 from tvm import te, topi  # noqa: E402
 
 from tlmpack.schedule.data.cuda_footprint import SharedFootprint  # noqa: E402
-from tlmpack.schedule.data.cuda_programs import MAX_SHARED_BYTES, cuda_tvm_target, sample_cuda_point  # noqa: E402
+from tlmpack.schedule.data.cuda_programs import (  # noqa: E402
+    MAX_SHARED_BYTES,
+    MIN_THREADS,
+    cuda_tvm_target,
+    sample_cuda_point,
+)
 from tlmpack.schedule.space import DesignSpace  # noqa: E402
 
 
@@ -63,6 +69,8 @@ def test_the_bound_never_exceeds_what_the_verifier_accepts(make):
     assert legal, "no legal point among 120 unguided samples"
     for p in legal:
         assert fp.bytes(_main_tiles(p, fp)) <= MAX_SHARED_BYTES
+        threads = math.prod(d.value[2] for d in p.decisions if d.kind == "tile" and len(d.value) == 5)
+        assert MIN_THREADS <= threads <= 1024
 
 
 def test_guided_sampling_finds_legal_large_matmul_points_more_often():

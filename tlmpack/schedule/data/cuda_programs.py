@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import random
 import statistics
@@ -38,6 +39,7 @@ BATCH_VERSION = 1
 MAX_THREADS = 1024  # VerifyGPUCode's limits (per block)
 MAX_VTHREAD = 8
 MAX_SHARED_BYTES = 49152  # the target's max_shared_memory_per_block
+MIN_THREADS = 32  # MultiLevelTiling's thread_extent_low_inclusive annotation (a warp)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -61,7 +63,9 @@ def guided_decider(rng: random.Random, footprint: SharedFootprint | None = None,
     MetaSchedule's SSSRRSRS tiling makes visible at the tile sites: the product of the thread
     factors (index 2 of the 5-way spatial tiles) stays <= 1024, the product of the virtual-thread
     factors (index 1) <= 8, and (with ``footprint``, for matmul-like tasks) the inputs one block
-    stages in shared memory fit ``max_shared_bytes`` with the tiles not yet chosen at their smallest.
+    stages in shared memory fit ``max_shared_bytes`` with the tiles not yet chosen at their smallest,
+    and the block can still reach MIN_THREADS threads (MultiLevelTiling's
+    thread_extent_low_inclusive: the remaining spatial loops' extents bound what is left to come).
     Every value it returns is legal for its site; points the postprocessors still refuse are
     rejected as with plain uniform sampling. One decider per replay (it keeps running state)."""
     from ..space import legal_values
@@ -86,8 +90,12 @@ def guided_decider(rng: random.Random, footprint: SharedFootprint | None = None,
             extent, reduction = footprint.loops[loop]
             if extent != site.extent or reduction != (site.parts == 3):
                 tiles.clear()  # not the main block's loop order: stop guiding by shared memory
+        reachable = 0  # with footprint: the most threads the spatial loops after this one can add
+        if tiles and site.parts == 5:
+            reachable = math.prod(e for e, red in footprint.loops[loop + 1:] if not red)
         ok = [v for v in values if fits(v) and (site.parts == 3 or (
-            state["threads"] * v[2] <= MAX_THREADS and state["vthreads"] * v[1] <= MAX_VTHREAD))]
+            state["threads"] * v[2] <= MAX_THREADS and state["vthreads"] * v[1] <= MAX_VTHREAD
+            and (not reachable or state["threads"] * v[2] * reachable >= MIN_THREADS)))]
         value = rng.choice(ok or values)
         if site.parts == 5:
             state["threads"] *= value[2]
