@@ -47,12 +47,24 @@ def read_json(path: Path) -> dict:
 # nvcc
 # ------------------------------------------------------------------------------------------------
 
-def compile_shards(batch_dirs: list[Path], work: Path, arch: str, jobs: int) -> dict[str, str]:
-    """(batch dir, shard) → cubin path or an error text."""
+def first_shards(batch_dirs: list[Path], count: int) -> set[str]:
+    """The "dir/shard" keys of the first ``count`` shards of every batch.json in ``batch_dirs``."""
+    keys = set()
+    for d in batch_dirs:
+        for bj in sorted(d.glob("*batch.json.gz")):
+            keys.update(f"{d}/{s}" for s in sorted(read_json(bj)["shards"])[:count])
+    return keys
+
+
+def compile_shards(batch_dirs: list[Path], work: Path, arch: str, jobs: int,
+                   only: set[str] | None = None) -> dict[str, str]:
+    """(batch dir, shard) → cubin path or an error text; ``only``: just these "dir/shard" keys."""
     work.mkdir(parents=True, exist_ok=True)
     todo = []
     for d in batch_dirs:
         for gz in sorted(d.glob("*shard_*.cu.gz")):
+            if only is not None and f"{d}/{gz.name[:-3]}" not in only:
+                continue
             cu = work / f"{d.name}__{gz.name[:-3]}"
             if not Path(f"{d}/{gz.name[:-3]}.cubin").is_file():
                 cu.write_bytes(gzip.decompress(gz.read_bytes()))
@@ -402,6 +414,9 @@ def main() -> None:
     ap.add_argument("--order")
     ap.add_argument("--results")
     ap.add_argument("--deadline", type=float)
+    ap.add_argument("--max-shards", type=int, default=0,
+                    help="compile and measure only the first N shards of each generating process's batch (a short "
+                         "GPU session; the rest can be measured by a later run)")
     ap.add_argument("--compile-only", action="store_true",
                     help="write <shard>.cubin beside each shard (carried: no nvcc time on the GPU machine)")
     args = ap.parse_args()
@@ -425,7 +440,8 @@ def main() -> None:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpumeasure-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     dirs = [Path(d) for d in args.batch]
-    cubins = compile_shards(dirs, work / "cu", args.arch, args.jobs)
+    only = first_shards(dirs, args.max_shards) if args.max_shards else None
+    cubins = compile_shards(dirs, work / "cu", args.arch, args.jobs, only)
     compile_s = time.time() - started
     (work / "cubins.json").write_text(json.dumps(cubins))
     failed_shards = {k: v for k, v in cubins.items() if not v.endswith(".cubin")}
@@ -435,7 +451,10 @@ def main() -> None:
         for bj in sorted(d.glob("*batch.json.gz")):
             b = read_json(bj)
             refs.update(t["reference"] for t in b["tasks"].values())
-            ids += [p["id"] for p in b["programs"] if not p["reference"]]
+            shard_of = {p["id"]: f"{d}/{p['shard']}" for p in b["programs"]}
+            ref_shard = {key: shard_of.get(t["reference"]) for key, t in b["tasks"].items()}
+            ids += [p["id"] for p in b["programs"] if not p["reference"] and (
+                only is None or (shard_of[p["id"]] in only and ref_shard.get(p["task"]) in only))]
     if args.limit:
         ids = ids[:args.limit]
     t0 = time.time()
