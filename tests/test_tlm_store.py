@@ -102,3 +102,14 @@ def test_repeat_rebuilds_stored_points_and_times_them_again(one_task_store):
     out = remeasure(store, 3, threads=1, back_to_back=True, max_wait_s=0, quiet_only=False)
     assert out["remeasured"] == 3 and out["failures"] == 0
     assert out["median_rel_diff"] is not None and out["back_to_back_median_rel_diff"] is not None
+
+
+def test_table_summary_says_how_much_the_schedule_matters_and_where_the_heuristic_trails():
+    from tlmpack.schedule.data.report import summary
+
+    spans = [("a", 1.0, 2.0, 1.0, 10), ("b", 2.0, 8.0, 6.0, 10), ("c", 1.0, 1.0, None, 2)]
+    text = summary(spans)
+    assert "3 tasks" in text and "2 tasks with ≥ 8 programs" in text
+    assert "median 3.00×" in text  # median/best: 2 and 4
+    assert "at least as fast as every random program on 1" in text
+    assert text.index("b 3.00×") < text.index("a 1.00×")  # worst first
