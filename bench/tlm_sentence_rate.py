@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """How fast random legal tensor-language sentences can be generated (for pretraining the TLM).
 
-    nice -n 19 python bench/tlm_sentence_rate.py [--tasks 24] [--per-task 40] [--seed 0]
+    nice -n 19 python bench/tlm_sentence_rate.py [--tasks 24] [--per-task 40] [--seed 0] [--target cuda]
 
 Takes stored tasks from data/ (run `tlmpack tlm collect` first), builds each design space, then
-samples random legal points (replay + postprocessors), describes and encodes them. Prints JSON:
+samples random legal points (replay + postprocessors), describes and encodes them (CUDA: the
+dataset's sampler, with its thread, shared-memory and warp bounds; no CUDA codegen). Prints JSON:
 sentences/s with and without the design-space construction, the rejection rate, tokens/sentence.
 """
 
@@ -34,11 +35,19 @@ def main() -> None:
     ap.add_argument("--per-task", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--target", choices=["x86", "cuda"], default="x86")
     a = ap.parse_args()
     store = Store(a.data_dir or default_root())
     keys = random.Random(a.seed).sample(store.task_keys(), min(a.tasks, len(store.task_keys())))
-    target = x86_target()
-    hw = detect_x86(target.features, target.num_cores)
+    if a.target == "cuda":
+        from tlmpack.schedule.data.cuda_footprint import SharedFootprint
+        from tlmpack.schedule.data.cuda_programs import ARCH, cuda_tvm_target, sample_cuda_point
+        from tlmpack.schedule.hardware import cuda_hardware
+
+        tvm_target, hw = cuda_tvm_target(), cuda_hardware(ARCH)
+    else:
+        target = x86_target()
+        tvm_target, hw = target.tvm_target(), detect_x86(target.features, target.num_cores)
     rng = random.Random(a.seed)
     sentences = rejected = tokens = 0
     space_s = sample_s = 0.0
@@ -47,12 +56,13 @@ def main() -> None:
         task = store.task(key)
         func = load_func(task)
         t0 = time.perf_counter()
-        space = DesignSpace(func, target.tvm_target(), seed=a.seed)
+        space = DesignSpace(func, tvm_target, seed=a.seed)
+        footprint = SharedFootprint.of(func) if a.target == "cuda" else None
         info = L.describe_task(func, task["name"])
         t1 = time.perf_counter()
         made = 0
         for _ in range(a.per_task):
-            point = sample_point(space, rng)
+            point = sample_cuda_point(space, rng, footprint) if a.target == "cuda" else sample_point(space, rng)
             if point is None:
                 rejected += 1
                 continue
@@ -66,7 +76,7 @@ def main() -> None:
         sample_s += t2 - t1
         per_kind.setdefault(info.kind, []).append(made / max(t2 - t1, 1e-9))
     print(json.dumps({
-        "tasks": len(keys), "sentences": sentences, "rejected": rejected,
+        "target": a.target, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "tasks": len(keys), "sentences": sentences, "rejected": rejected,
         "rejection_rate": round(rejected / max(sentences + rejected, 1), 4),
         "sentences_per_s": round(sentences / sample_s, 1),
         "sentences_per_s_with_space": round(sentences / (sample_s + space_s), 1),
