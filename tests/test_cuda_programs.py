@@ -35,8 +35,11 @@ def batch(tmp_path_factory):
     if not store.task_keys():
         pytest.skip("no corpus tasks in data/")
     keys = _small_pointwise_tasks(store, 2)
+    fresh = Store(tmp_path_factory.mktemp("tasks_only"))  # no records: nothing to skip as already measured
+    for key in keys:
+        fresh.put_task(store.task(key))
     out = tmp_path_factory.mktemp("cudabatch")
-    summary = cp.build_batch(store, keys, per_task=2, out_dir=out, seed=0, say=lambda s: None)
+    summary = cp.build_batch(fresh, keys, per_task=2, out_dir=out, seed=0, say=lambda s: None)
     assert summary.tasks == len(keys)
     return out, summary
 
@@ -134,3 +137,26 @@ def test_a_batch_can_carry_each_tasks_heuristic_point(tmp_path):
     assert record["chosen_by"] == "heuristic" and record["valid"]
     table = cuda_task_table(mine)
     assert "| 0 | - | - | - | 7.5 | - |" in table
+
+
+def test_a_new_batch_skips_points_the_store_has_measured(tmp_path):
+    store = Store(default_root())
+    keys = _small_pointwise_tasks(store, 1)
+    if not keys:
+        pytest.skip("no corpus tasks in data/")
+    mine = Store(tmp_path / "data")
+    mine.put_task(store.task(keys[0]))
+    first = cp.build_batch(mine, keys, per_task=2, out_dir=tmp_path / "b1", seed=0, say=lambda s: None)
+    b = cp.read_json(tmp_path / "b1" / "batch.json.gz")
+    programs = [p for p in b["programs"] if not p["reference"]]
+    assert first.programs == len(programs) >= 1
+    results = {"machine": {}, "results": [{"id": p["id"], "valid": True, "error": "", "rel_err": 0.0, "median_us": 1.0,
+                                           "min_us": 1.0, "spread": 0.0, "repeats": 5} for p in programs]}
+    with gzip.open(tmp_path / "r.json.gz", "wt") as f:
+        json.dump(results, f)
+    cp.import_results(mine, tmp_path / "b1", tmp_path / "r.json.gz")
+    again = cp.build_batch(mine, keys, per_task=2, out_dir=tmp_path / "b2", seed=0, say=lambda s: None)
+    assert again.duplicates >= len(programs)  # the same seed draws the measured points first: skipped
+    measured = {(p["sketch"], json.dumps(p["decisions"])) for p in programs}
+    b2 = cp.read_json(tmp_path / "b2" / "batch.json.gz")
+    assert not measured & {(p["sketch"], json.dumps(p["decisions"])) for p in b2["programs"] if not p["reference"]}
