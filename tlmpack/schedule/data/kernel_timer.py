@@ -27,29 +27,13 @@ import numpy as np
 
 from tlmpack._paths import REPO_ROOT
 from tlmpack.runtime import _capi
+from tlmpack.runtime.dlpack import DLDataType, DLDevice, DLTensor  # tlmrt_dltensor has DLPack's layout
 from tlmpack.runtime.errors import InputError, TlmpackError, TlmpackWarning
 
 ALIGNMENT = 64  # bytes; TVM's kernels assume it for every tensor's data
 _INT32_MAX = 2**31 - 1
 _DTYPE_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}  # numpy kind -> DLPack type code
 _BFLOAT = 4
-
-
-class DLTensor(ctypes.Structure):
-    """tlmrt_dltensor: DLPack's DLTensor."""
-
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device_type", ctypes.c_int32),
-        ("device_id", ctypes.c_int32),
-        ("ndim", ctypes.c_int32),
-        ("dtype_code", ctypes.c_uint8),
-        ("dtype_bits", ctypes.c_uint8),
-        ("dtype_lanes", ctypes.c_uint16),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
 
 
 assert ctypes.sizeof(DLTensor) == 48 and DLTensor.shape.offset == 24
@@ -126,7 +110,8 @@ class _Packed:
                 a = staged
             shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
             self.keep += [a, shape]
-            tensors.append(DLTensor(a.ctypes.data, _capi.DEVICE_CPU, 0, a.ndim, code, a.dtype.itemsize * 8, 1,
+            tensors.append(DLTensor(a.ctypes.data, DLDevice(_capi.DEVICE_CPU, 0), a.ndim,
+                                    DLDataType(code, a.dtype.itemsize * 8, 1),
                                     ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0))
         self.keep += tensors
         self.count = len(tensors)
