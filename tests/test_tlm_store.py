@@ -113,3 +113,24 @@ def test_table_summary_says_how_much_the_schedule_matters_and_where_the_heuristi
     assert "median 3.00×" in text  # median/best: 2 and 4
     assert "at least as fast as every random program on 1" in text
     assert text.index("b 3.00×") < text.index("a 1.00×")  # worst first
+
+
+def test_a_space_found_exhausted_is_remembered_and_not_sampled_again(tmp_path):
+    from tvm import te, topi
+
+    from tlmpack.schedule.data.collect import collect
+    from tlmpack.schedule.data.corpus import task_key
+
+    store = Store(tmp_path)
+    a, b = te.placeholder((4, 8), name="A"), te.placeholder((4, 8), name="B")
+    func = te.create_prim_func([a, b, topi.add(a, b)])  # a tiny space: fewer points than asked for
+    key = task_key(func)
+    store.put_task({"key": key, "name": "add", "num_outputs": 1, "script": func.script(), "spatial": [4, 8]})
+    store.put_corpus("toy", {"model": "toy", "held_out": False, "tasks": [{"key": key, "name": "add", "calls": 1}]})
+    run = dict(per_task=5, progress=False, say=lambda m: None, max_wait_s=0, threads=1, build_workers=1,
+               heuristic=False)
+    first = collect(store, ["toy"], seed=1, **run)
+    assert 0 < first.measured < 5 and first.duplicates > 0
+    assert store.exhausted("x86", 1) == {key} and store.exhausted("x86", 2) == set()
+    again = collect(store, ["toy"], seed=2, **run)
+    assert again.sampled == 0 and again.measured == 0

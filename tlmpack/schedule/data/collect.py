@@ -99,6 +99,15 @@ def _with_heuristic(store: Store, target: str, cores: int) -> set[str]:
             and r.get("timer") == "runtime_c" and r.get("hardware", {}).get("cores") == cores}
 
 
+def _work(store: Store, key: str) -> int:
+    """A task's size: output elements times reduction extent (how long it takes to build and run)."""
+    task = store.task(key)
+    size = 1
+    for extent in list(task.get("spatial") or []) + list(task.get("reduction") or []):
+        size *= int(extent)
+    return size
+
+
 def _decisions_key(decisions: list) -> tuple:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in decisions)
 
@@ -150,10 +159,17 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
               "tlmpack": tlmpack.__version__, "tvm": tvm.__version__, "language_version": LANGUAGE_VERSION,
               "seed": seed, "timer": "runtime_c"}
     with_heuristic = _with_heuristic(store, "x86", threads) if heuristic else None
-    todo = [(model, entry) for model, entry in tasks if len(done.get(entry["key"], ())) < per_task
+    exhausted = store.exhausted("x86", threads)
+
+    def wanted(key: str) -> int:
+        """How many more random programs task ``key`` needs (0 once its space ran dry)."""
+        return 0 if key in exhausted else max(per_task - len(done.get(key, ())), 0)
+
+    todo = [(model, entry) for model, entry in tasks if wanted(entry["key"]) > 0
             or (with_heuristic is not None and entry["key"] not in with_heuristic)]
+    todo.sort(key=lambda item: _work(store, item[1]["key"]))  # cheap tasks first: most programs per hour
     writer = store.writer("x86")
-    bar = _bar(sum(per_task - len(done.get(e["key"], ())) for _, e in todo), progress)
+    bar = _bar(sum(wanted(e["key"]) for _, e in todo), progress)
     workers = build_workers or os.cpu_count() or 1
     scratch = Path(tempfile.mkdtemp(prefix="tlmpack-collect-"))
     pid_dir = scratch / "workers"
@@ -170,7 +186,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
             model, entry = queue.popleft()
             key = entry["key"]
             have = done.setdefault(key, set())
-            count = max(min(batch, per_task - len(have)), 0)
+            count = min(batch, wanted(key))
             add_heuristic = with_heuristic is not None and key not in with_heuristic
             if count <= 0 and not add_heuristic:
                 continue
@@ -225,8 +241,11 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                 done[key].add((sketch, _decisions_key(decisions)))
             if records:
                 writer.append(records)  # flushed: a stop after this loses only the jobs in flight
-            sampled_any = any(p[0] != "h" for p in job.programs + job.failed)
-            if len(done[key]) < per_task and not job.exhausted and sampled_any:
+            sampled_any = job.sampled > 0
+            if job.exhausted and sampled_any:
+                store.mark_exhausted("x86", key, threads, len(done[key]))
+                exhausted.add(key)
+            if wanted(key) > 0 and sampled_any:
                 queue.appendleft((model, entry))  # more to do: its next job goes first
                 if len(in_flight) < workers + 1 and time.perf_counter() < deadline:
                     submit_next()

@@ -3,6 +3,7 @@
     data/tasks/<task>.json.gz           one task's unscheduled PrimFunc (TVMScript) and description
     data/corpus/<model>.json            the tasks of one corpus model (key, name, calls)
     data/records/<target>/<run>.jsonl.gz  measured records, one JSON object per line
+    data/exhausted/<target>.jsonl       tasks whose space a collect run found (nearly) all measured
 
 Each collect run writes its own shard, one gzip member per flushed batch, so a run stopped at any
 moment loses at most the batch in flight, and a torn last member is skipped when reading.
@@ -89,6 +90,35 @@ class Store:
     def writer(self, target: str, run: str | None = None) -> ShardWriter:
         run = run or f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{socket.gethostname()[:16]}-{os.getpid()}"
         return ShardWriter(self.root / "records" / target / f"{run}.jsonl.gz")
+
+    # ---- exhausted spaces -------------------------------------------------------------------------
+    def exhausted_path(self, target: str) -> Path:
+        return self.root / "exhausted" / f"{target}.jsonl"
+
+    def mark_exhausted(self, target: str, key: str, cores: int, points: int) -> None:
+        """Notes that sampling task ``key`` for ``cores`` cores stopped finding new points after
+        ``points`` known ones, so later runs skip it instead of drawing hundreds of duplicates."""
+        path = self.exhausted_path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"task": key, "cores": cores, "points": points,
+                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, sort_keys=True)
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+    def exhausted(self, target: str, cores: int) -> set[str]:
+        """Task keys whose space a run found exhausted on ``cores`` cores (a torn last line is skipped)."""
+        path = self.exhausted_path(target)
+        if not path.is_file():
+            return set()
+        keys = set()
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if entry.get("cores") == cores:
+                keys.add(entry["task"])
+        return keys
 
     def stats(self) -> dict:
         """What the store holds: tasks, and valid measured records per target."""
