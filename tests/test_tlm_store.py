@@ -100,6 +100,7 @@ def test_repeat_rebuilds_stored_points_and_times_them_again(one_task_store):
             build_workers=1)
     assert all(r["timer"] == "runtime_c" and r["hardware"]["cores"] == 1 for r in store.records("x86"))
     out = remeasure(store, 3, threads=1, back_to_back=True, max_wait_s=0, quiet_only=False)
+    assert all(r["timing"] == "interleaved" and r["repeats"] >= 3 for r in store.records("x86"))
     assert out["remeasured"] == 3 and out["failures"] == 0
     assert out["median_rel_diff"] is not None and out["back_to_back_median_rel_diff"] is not None
 

@@ -105,14 +105,17 @@ def stats(as_json: bool, data_dir: str | None) -> None:
 @click.option("--threads", default=None, type=int, help="Re-measure the records taken on this many cores.")
 @click.option("--max-wait-s", default=30.0, show_default=True, help="Wait this long at most for quiet cores.")
 @click.option("--pause-niced", is_flag=True, help="Pause this user's lower-priority processes while timing.")
+@click.option("--timing", default="interleaved", show_default=True, type=click.Choice(["interleaved", "burst", "any"]),
+              help="Only records timed this way: interleaved rounds, or the first runtime_c records' burst of "
+                   "5 back-to-back repeats.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_wait_s: float, pause_niced: bool,
-           data_dir: str | None) -> None:
+           timing: str, data_dir: str | None) -> None:
     """Re-measure random quiet x86 records and print the median relative difference of their latencies."""
     from .schedule.data.remeasure import remeasure
 
     click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads, max_wait_s,
-                                    pause_niced),
+                                    pause_niced, timing=None if timing == "any" else timing),
                           sort_keys=True))
 
 

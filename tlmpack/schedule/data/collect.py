@@ -138,7 +138,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
 
     from ..hardware import detect_x86
     from ..language import LANGUAGE_VERSION
-    from .measure import Measurement, measure_folder, niced_processes
+    from .measure import TIMING, Measurement, measure_folder, niced_processes
     from .x86_build import build_job, init_worker
 
     threads = threads or len(os.sched_getaffinity(0))
@@ -157,7 +157,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                 "features": list(target.features)}
     common = {"v": RECORD_VERSION, "target": "x86", "hardware": hardware, "machine": machine(),
               "tlmpack": tlmpack.__version__, "tvm": tvm.__version__, "language_version": LANGUAGE_VERSION,
-              "seed": seed, "timer": "runtime_c"}
+              "seed": seed, "timer": "runtime_c", "timing": TIMING}
     with_heuristic = _with_heuristic(store, "x86", threads) if heuristic else None
     exhausted = store.exhausted("x86", threads)
 

@@ -1,7 +1,7 @@
 """x86 measurement of built programs through runtime_c's kernel path (the library the deployed
 runtime uses: its thread pool, its hooks; see kernel_timer.py): run every program on the task's
-random inputs, check it against the unscheduled reference, then time the median of repeats after a
-warm-up. No TVM here: x86_build.py builds the programs in worker processes.
+random inputs, check it against the unscheduled reference, then time it in rounds interleaved with
+the other programs of its build (median and minimum over the rounds, each after a warm-up call). No TVM here: x86_build.py builds the programs in worker processes.
 """
 
 from __future__ import annotations
@@ -159,10 +159,16 @@ def niced_processes() -> list[int]:
     return found
 
 
-def measure(library, name: str, args: list[np.ndarray], expected: list[np.ndarray], repeats: int = 5,
-            min_repeat_ms: float = 10.0, load: float = 0.0) -> Measurement:
-    """Checks one built program of ``library`` (a kernel_timer.KernelLibrary), then times it: one
-    warm-up, ``repeats`` repeats of at least ``min_repeat_ms`` each (3 for programs over 200 ms)."""
+ROUNDS = 9  # interleaved rounds per program (3 for programs over LONG_CALL_S a call)
+ROUND_MS = 5.0  # each round runs a program back to back for at least this long
+LONG_CALL_S = 0.2
+TIMING = "interleaved"  # the records' ``timing``: what median_us and min_us are taken over
+
+
+def check_program(library, name: str, args: list[np.ndarray],
+                  expected: list[np.ndarray]) -> Measurement | tuple[float, float]:
+    """Runs program ``name`` of ``library`` (a kernel_timer.KernelLibrary) once on fresh copies of
+    ``args`` and checks its outputs: the invalid Measurement, or (seconds the call took, error)."""
     arrays = [a.copy() for a in args]  # fresh copies: outputs start as NaN again
     try:
         started = time.perf_counter()
@@ -173,28 +179,59 @@ def measure(library, name: str, args: list[np.ndarray], expected: list[np.ndarra
     ok, err, why = check(arrays[len(arrays) - len(expected):], expected)
     if not ok:
         return Measurement(False, rel_err=err, error=why)
-    try:
-        times = library.time(name, arrays, repeats=3 if first > 0.2 else repeats, min_repeat_ms=min_repeat_ms)
-    except Exception as e:  # noqa: BLE001
-        return Measurement(False, error=f"run: {type(e).__name__}: {str(e)[:200]}")
-    median = statistics.median(times)
-    return Measurement(True, median * 1e6, min(times) * 1e6, (max(times) - min(times)) / median, len(times), err,
-                       other_load=load)
+    return first, err
+
+
+def time_interleaved(library, names: list[str], arrays: list[np.ndarray], first_call_s: dict[str, float],
+                     rounds: int = ROUNDS, round_ms: float = ROUND_MS) -> dict[str, list[float]]:
+    """Seconds per call of each program, one value per round. A round times every program once
+    (a warm-up call, then calls back to back for at least ``round_ms``), so a program's samples
+    are spread over the whole pass: on a shared host whose speed changes over seconds, samples
+    taken in one burst all share that moment's speed, and a re-measurement sees another one."""
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names:
+            if r >= 3 and first_call_s[name] > LONG_CALL_S:
+                continue
+            samples[name] += library.time(name, arrays, repeats=1, min_repeat_ms=round_ms)
+    return samples
 
 
 def measure_folder(folder: str, names: list[str], threads: int, pause: list[int] = (), max_other: float = 0.5,
-                   max_wait_s: float = 30.0, repeats: int = 5) -> dict[str, Measurement]:
+                   max_wait_s: float = 30.0, rounds: int = ROUNDS) -> dict[str, Measurement]:
     """Measures the kernels ``names`` of a build folder (x86_build: kernels.so and reference.npz)
-    through runtime_c with ``threads`` threads, with the processes ``pause`` stopped meanwhile."""
+    through runtime_c with ``threads`` threads, with the processes ``pause`` stopped meanwhile:
+    checks every program against the reference, then times the valid ones in interleaved rounds
+    (the median and the minimum over rounds)."""
     from pathlib import Path
 
     from .kernel_timer import KernelLibrary
     from .x86_build import load_reference
 
     args, expected = load_reference(Path(folder) / "reference.npz")
-    out = {}
+    out: dict[str, Measurement] = {}
     with KernelLibrary(str(Path(folder) / "kernels.so"), threads) as library, PausedProcesses(list(pause)):
         load = wait_quiet(max_other, timeout_s=max_wait_s)
+        first: dict[str, float] = {}
+        errors: dict[str, float] = {}
         for name in names:
-            out[name] = measure(library, name, args, expected, repeats=repeats, load=load)
-    return out
+            outcome = check_program(library, name, args, expected)
+            if isinstance(outcome, Measurement):
+                out[name] = outcome
+            else:
+                first[name], errors[name] = outcome
+        arrays = [a.copy() for a in args]  # shared by the timed calls: only the timing matters now
+        try:
+            samples = time_interleaved(library, list(first), arrays, first, rounds)
+        except Exception:  # noqa: BLE001  a program that checked but fails when timed: find it
+            samples = {}
+            for name in first:
+                try:
+                    samples.update(time_interleaved(library, [name], arrays, first, rounds))
+                except Exception as e:  # noqa: BLE001
+                    out[name] = Measurement(False, error=f"run: {type(e).__name__}: {str(e)[:200]}")
+    for name, times in samples.items():
+        median = statistics.median(times)
+        out[name] = Measurement(True, median * 1e6, min(times) * 1e6, (max(times) - min(times)) / median, len(times),
+                                errors[name], other_load=load)
+    return {n: out[n] for n in names}

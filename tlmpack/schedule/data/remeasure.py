@@ -11,13 +11,15 @@ from .store import Store, is_quiet
 
 
 def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False, threads: int | None = None,
-              max_wait_s: float = 30.0, pause_niced: bool = False, quiet_only: bool = True) -> dict:
+              max_wait_s: float = 30.0, pause_niced: bool = False, quiet_only: bool = True,
+              timing: str | None = "interleaved") -> dict:
     """Re-measures ``count`` random valid, quiet x86 records taken on ``threads`` cores through
     runtime_c; reports the median relative difference |new - old| / old (of the medians, and of
     the minima) and the programs that no longer replay or check. ``back_to_back``: also measure
     each program twice now, which separates the noise of the procedure from drift in the
     machine's load since the record was taken. ``quiet_only``: only records timed on quiet cores
-    (what training uses)."""
+    (what training uses). ``timing``: only records timed that way (``"interleaved"`` rounds, or
+    ``"burst"``: the first runtime_c records, 5 repeats back to back); None: all."""
     import os
     import shutil
     import tempfile
@@ -28,7 +30,8 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
     threads = threads or len(os.sched_getaffinity(0))
     max_other = (os.cpu_count() or threads) - threads + 0.2
     records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == threads
-               and (is_quiet(r) or not quiet_only) and r.get("timer") == "runtime_c"]  # quiet records: what training should use
+               and (is_quiet(r) or not quiet_only) and r.get("timer") == "runtime_c"
+               and timing in (None, r.get("timing", "burst"))]
     chosen = random.Random(seed).sample(records, min(count, len(records)))
     diffs, min_diffs, again_diffs, ratios, loads = [], [], [], [], []
     failures, started = 0, time.perf_counter()
@@ -62,7 +65,7 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
             shutil.rmtree(folder, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {"remeasured": len(diffs), "failures": failures, "threads": threads,
+    return {"remeasured": len(diffs), "timing": timing or "any", "failures": failures, "threads": threads,
             "median_rel_diff": _median(diffs), "median_new_over_old": _median(ratios), "p90_rel_diff": _p90(diffs),
             "min_rel_diff": _median(min_diffs), "back_to_back_median_rel_diff": _median(again_diffs),
             "median_other_load": _median(loads), "seconds": round(time.perf_counter() - started, 1)}
