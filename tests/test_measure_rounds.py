@@ -1,6 +1,6 @@
 """The x86 timing procedure: programs are timed in interleaved rounds, not in one burst each."""
 
-from tlmpack.schedule.data.measure import LONG_CALL_S, time_interleaved
+from tlmpack.schedule.data.measure import LONG_CALL_S, TimedProgram, time_interleaved
 
 
 class _RecordingLibrary:
@@ -15,12 +15,20 @@ class _RecordingLibrary:
 
 def test_rounds_visit_every_program_before_any_program_again():
     lib = _RecordingLibrary()
-    samples = time_interleaved(lib, ["a", "b", "c"], [], {"a": 1e-4, "b": 1e-4, "c": 1e-4}, rounds=4)
+    samples = time_interleaved({n: TimedProgram(lib, n, [], 1e-4) for n in "abc"}, rounds=4)
     assert lib.calls == ["a", "b", "c"] * 4
     assert samples["b"] == [2.0, 5.0, 8.0, 11.0]
 
 
 def test_long_programs_get_three_rounds():
     lib = _RecordingLibrary()
-    samples = time_interleaved(lib, ["fast", "slow"], [], {"fast": 1e-4, "slow": 2 * LONG_CALL_S}, rounds=9)
+    samples = time_interleaved({"fast": TimedProgram(lib, "fast", [], 1e-4),
+                                "slow": TimedProgram(lib, "slow", [], 2 * LONG_CALL_S)}, rounds=9)
     assert len(samples["fast"]) == 9 and len(samples["slow"]) == 3
+
+
+def test_programs_of_different_builds_share_the_rounds():
+    one, two = _RecordingLibrary(), _RecordingLibrary()
+    samples = time_interleaved({("f1", "p0"): TimedProgram(one, "p0", [], 1e-4),
+                                ("f2", "p0"): TimedProgram(two, "p0", [], 1e-4)}, rounds=3)
+    assert one.calls == two.calls == ["p0"] * 3 and set(samples) == {("f1", "p0"), ("f2", "p0")}

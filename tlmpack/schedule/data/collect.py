@@ -99,6 +99,33 @@ def _with_heuristic(store: Store, target: str, cores: int) -> set[str]:
             and r.get("timer") == "runtime_c" and r.get("hardware", {}).get("cores") == cores}
 
 
+def _gather_ready(in_flight: dict, min_programs: int, gather_s: float, submit_next: Callable[[], bool],
+                  deadline: float) -> list:
+    """(model, task entry, JobResult) of finished builds: the first, and those that finish while
+    fewer than ``min_programs`` programs are ready (at most ``gather_s`` longer). Each finished
+    build's worker gets the next job at once."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    ready, programs, until = [], 0, None
+    while in_flight:
+        timeout = None if until is None else max(until - time.perf_counter(), 0.0)
+        finished = wait(in_flight, timeout=timeout, return_when=FIRST_COMPLETED).done
+        if not finished:
+            break
+        for future in finished:
+            model, entry = in_flight.pop(future)
+            job = future.result()
+            ready.append((model, entry, job))
+            programs += len(job.programs)
+            if time.perf_counter() < deadline:
+                submit_next()
+        if until is None:
+            until = time.perf_counter() + gather_s
+        if programs >= min_programs or time.perf_counter() >= until:
+            break
+    return ready
+
+
 def _work(store: Store, key: str) -> int:
     """A task's size: output elements times reduction extent (how long it takes to build and run)."""
     task = store.task(key)
@@ -115,7 +142,8 @@ def _decisions_key(decisions: list) -> tuple:
 def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budget_minutes: float | None = None,
             batch: int = 48, say: Callable[[str], None] = print, progress: bool = True,
             max_wait_s: float = 30.0, threads: int | None = None, build_workers: int | None = None,
-            pause_niced: bool = False, heuristic: bool = True) -> CollectSummary:
+            pause_niced: bool = False, heuristic: bool = True, min_programs: int = 32,
+            gather_s: float = 60.0) -> CollectSummary:
     """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86,
     built for and run on ``threads`` cores (default: all) through runtime_c's kernel path.
 
@@ -124,13 +152,15 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     last ones; they are paused (SIGSTOP) while a kernel is timed, as is every lower-priority process
     of this user with ``pause_niced``, so timings see quiet cores. ``heuristic``: every task's
     first job also builds the schedule tlmpack's heuristics choose (``chosen_by: "heuristic"``), so
-    the per-task table can say where it lands among the random programs."""
+    the per-task table can say where it lands among the random programs. Finished builds are
+    timed together, in one interleaved pass, once ``min_programs`` are ready (or ``gather_s``
+    after the first one), so every program's rounds are spread over seconds."""
     import multiprocessing
     import shutil
     import signal
     import tempfile
     from collections import deque
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     import tvm
 
@@ -138,7 +168,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
 
     from ..hardware import detect_x86
     from ..language import LANGUAGE_VERSION
-    from .measure import TIMING, Measurement, measure_folder, niced_processes
+    from .measure import TIMING, Measurement, measure_folders, niced_processes
     from .x86_build import build_job, init_worker
 
     threads = threads or len(os.sched_getaffinity(0))
@@ -203,55 +233,56 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
         while len(in_flight) < workers + 1 and time.perf_counter() < deadline and submit_next():
             pass
         while in_flight:
-            # whichever job is ready: a slow task must not leave the other workers idle
-            future = next(iter(wait(in_flight, return_when=FIRST_COMPLETED).done))
-            model, entry = in_flight.pop(future)
-            job = future.result()
-            if time.perf_counter() < deadline:
-                submit_next()
-            summary.tasks_seen += 1
-            summary.sampled += job.sampled
-            summary.rejected += job.rejected
-            summary.duplicates += job.duplicates
-            if job.error:
-                say(f"{entry['name']}: {job.error}")
-                shutil.rmtree(job.folder, ignore_errors=True)
-                continue
-            outcomes: list[tuple[str, int, list, Measurement]] = [
-                (name, sketch, decisions, Measurement(False, error=err)) for name, sketch, decisions, err in job.failed]
-            if job.programs:
+            ready = _gather_ready(in_flight, min_programs, gather_s, submit_next, deadline)
+            jobs = []
+            for model, entry, job in ready:
+                summary.tasks_seen += 1
+                summary.sampled += job.sampled
+                summary.rejected += job.rejected
+                summary.duplicates += job.duplicates
+                if job.error:
+                    say(f"{entry['name']}: {job.error}")
+                    shutil.rmtree(job.folder, ignore_errors=True)
+                else:
+                    jobs.append((model, entry, job))
+            builds = [(job.folder, [n for n, _, _ in job.programs]) for _, _, job in jobs if job.programs]
+            measured = {}
+            if builds:  # the ready builds' programs share one interleaved pass
                 pause = [int(p.name) for p in pid_dir.iterdir()] + (niced_processes() if pause_niced else [])
-                measured = measure_folder(job.folder, [n for n, _, _ in job.programs], threads, pause, max_other,
-                                          max_wait_s)
-                outcomes += [(n, sketch, decisions, measured[n]) for n, sketch, decisions in job.programs]
-            records = []
-            key = entry["key"]
-            for name, sketch, decisions, m in outcomes:
-                chosen = {"chosen_by": "heuristic", "rule": job.heuristic_rule} if name == "h" else \
-                    {"chosen_by": "random"}
-                summary.measured += 1
-                summary.valid += m.valid
-                if not m.valid:
-                    reason = m.error.split(":")[0].split(" ")[0]
-                    summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
-                records.append({**common, "task": key, "task_name": entry["name"], "model": model,
-                                "sketch": sketch, "decisions": decisions, **chosen, **m.to_json(),
-                                "loadavg": round(os.getloadavg()[0], 2),
-                                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-                done[key].add((sketch, _decisions_key(decisions)))
-            if records:
-                writer.append(records)  # flushed: a stop after this loses only the jobs in flight
-            sampled_any = job.sampled > 0
-            if job.exhausted and sampled_any:
-                store.mark_exhausted("x86", key, threads, len(done[key]))
-                exhausted.add(key)
-            if wanted(key) > 0 and sampled_any:
-                queue.appendleft((model, entry))  # more to do: its next job goes first
-                if len(in_flight) < workers + 1 and time.perf_counter() < deadline:
-                    submit_next()
-            shutil.rmtree(job.folder, ignore_errors=True)
-            bar.set_postfix_str(f"{entry['name'][:24]} {summary.valid}/{summary.measured} valid")
-            bar.update(len(outcomes))
+                measured = measure_folders(builds, threads, pause, max_other, max_wait_s)
+            for model, entry, job in jobs:
+                outcomes: list[tuple[str, int, list, Measurement]] = [
+                    (name, sketch, decisions, Measurement(False, error=err))
+                    for name, sketch, decisions, err in job.failed]
+                outcomes += [(n, sketch, decisions, measured[job.folder][n]) for n, sketch, decisions in job.programs]
+                records = []
+                key = entry["key"]
+                for name, sketch, decisions, m in outcomes:
+                    chosen = {"chosen_by": "heuristic", "rule": job.heuristic_rule} if name == "h" else \
+                        {"chosen_by": "random"}
+                    summary.measured += 1
+                    summary.valid += m.valid
+                    if not m.valid:
+                        reason = m.error.split(":")[0].split(" ")[0]
+                        summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
+                    records.append({**common, "task": key, "task_name": entry["name"], "model": model,
+                                    "sketch": sketch, "decisions": decisions, **chosen, **m.to_json(),
+                                    "loadavg": round(os.getloadavg()[0], 2),
+                                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                    done[key].add((sketch, _decisions_key(decisions)))
+                if records:
+                    writer.append(records)  # flushed: a stop after this loses only the jobs in flight
+                sampled_any = job.sampled > 0
+                if job.exhausted and sampled_any:
+                    store.mark_exhausted("x86", key, threads, len(done[key]))
+                    exhausted.add(key)
+                if wanted(key) > 0 and sampled_any:
+                    queue.appendleft((model, entry))  # more to do: its next job goes first
+                    if len(in_flight) < workers + 1 and time.perf_counter() < deadline:
+                        submit_next()
+                shutil.rmtree(job.folder, ignore_errors=True)
+                bar.set_postfix_str(f"{entry['name'][:24]} {summary.valid}/{summary.measured} valid")
+                bar.update(len(outcomes))
         summary.stopped = "budget" if time.perf_counter() >= deadline else "done"
     except KeyboardInterrupt:
         summary.stopped = "interrupted"

@@ -10,7 +10,9 @@ import os
 import signal
 import statistics
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -182,56 +184,78 @@ def check_program(library, name: str, args: list[np.ndarray],
     return first, err
 
 
-def time_interleaved(library, names: list[str], arrays: list[np.ndarray], first_call_s: dict[str, float],
-                     rounds: int = ROUNDS, round_ms: float = ROUND_MS) -> dict[str, list[float]]:
+@dataclass
+class TimedProgram:
+    """A checked program ready to be timed: its library, kernel name, arguments, first call's time."""
+
+    library: Any
+    name: str
+    arrays: list[np.ndarray]
+    first_call_s: float
+
+
+def time_interleaved(programs: dict[Hashable, TimedProgram], rounds: int = ROUNDS,
+                     round_ms: float = ROUND_MS) -> dict[Hashable, list[float]]:
     """Seconds per call of each program, one value per round. A round times every program once
     (a warm-up call, then calls back to back for at least ``round_ms``), so a program's samples
     are spread over the whole pass: on a shared host whose speed changes over seconds, samples
     taken in one burst all share that moment's speed, and a re-measurement sees another one."""
-    samples: dict[str, list[float]] = {n: [] for n in names}
+    samples: dict[Hashable, list[float]] = {k: [] for k in programs}
     for r in range(rounds):
-        for name in names:
-            if r >= 3 and first_call_s[name] > LONG_CALL_S:
+        for key, p in programs.items():
+            if r >= 3 and p.first_call_s > LONG_CALL_S:
                 continue
-            samples[name] += library.time(name, arrays, repeats=1, min_repeat_ms=round_ms)
+            samples[key] += p.library.time(p.name, p.arrays, repeats=1, min_repeat_ms=round_ms)
     return samples
 
 
 def measure_folder(folder: str, names: list[str], threads: int, pause: list[int] = (), max_other: float = 0.5,
                    max_wait_s: float = 30.0, rounds: int = ROUNDS) -> dict[str, Measurement]:
-    """Measures the kernels ``names`` of a build folder (x86_build: kernels.so and reference.npz)
-    through runtime_c with ``threads`` threads, with the processes ``pause`` stopped meanwhile:
-    checks every program against the reference, then times the valid ones in interleaved rounds
-    (the median and the minimum over rounds)."""
+    """measure_folders for one build folder: kernel name → Measurement."""
+    return measure_folders([(folder, names)], threads, pause, max_other, max_wait_s, rounds)[folder]
+
+
+def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: list[int] = (),
+                    max_other: float = 0.5, max_wait_s: float = 30.0,
+                    rounds: int = ROUNDS) -> dict[str, dict[str, Measurement]]:
+    """Measures the kernels of build folders (x86_build: kernels.so and reference.npz; given as
+    (folder, kernel names)) through runtime_c with ``threads`` threads, with the processes
+    ``pause`` stopped meanwhile: checks every program against its reference, then times all the
+    valid ones together in interleaved rounds (the median and the minimum over rounds)."""
+    from contextlib import ExitStack
     from pathlib import Path
 
     from .kernel_timer import KernelLibrary
     from .x86_build import load_reference
 
-    args, expected = load_reference(Path(folder) / "reference.npz")
-    out: dict[str, Measurement] = {}
-    with KernelLibrary(str(Path(folder) / "kernels.so"), threads) as library, PausedProcesses(list(pause)):
+    out: dict[tuple[str, str], Measurement] = {}
+    programs: dict[tuple[str, str], TimedProgram] = {}
+    errors: dict[tuple[str, str], float] = {}
+    with ExitStack() as stack:
+        stack.enter_context(PausedProcesses(list(pause)))
         load = wait_quiet(max_other, timeout_s=max_wait_s)
-        first: dict[str, float] = {}
-        errors: dict[str, float] = {}
-        for name in names:
-            outcome = check_program(library, name, args, expected)
-            if isinstance(outcome, Measurement):
-                out[name] = outcome
-            else:
-                first[name], errors[name] = outcome
-        arrays = [a.copy() for a in args]  # shared by the timed calls: only the timing matters now
+        for folder, names in builds:
+            args, expected = load_reference(Path(folder) / "reference.npz")
+            library = stack.enter_context(KernelLibrary(str(Path(folder) / "kernels.so"), threads))
+            arrays = [a.copy() for a in args]  # shared by the folder's timed calls: only timing matters now
+            for name in names:
+                outcome = check_program(library, name, args, expected)
+                if isinstance(outcome, Measurement):
+                    out[folder, name] = outcome
+                else:
+                    first, errors[folder, name] = outcome
+                    programs[folder, name] = TimedProgram(library, name, arrays, first)
         try:
-            samples = time_interleaved(library, list(first), arrays, first, rounds)
+            samples = time_interleaved(programs, rounds)
         except Exception:  # noqa: BLE001  a program that checked but fails when timed: find it
             samples = {}
-            for name in first:
+            for key, program in programs.items():
                 try:
-                    samples.update(time_interleaved(library, [name], arrays, first, rounds))
+                    samples.update(time_interleaved({key: program}, rounds))
                 except Exception as e:  # noqa: BLE001
-                    out[name] = Measurement(False, error=f"run: {type(e).__name__}: {str(e)[:200]}")
-    for name, times in samples.items():
+                    out[key] = Measurement(False, error=f"run: {type(e).__name__}: {str(e)[:200]}")
+    for key, times in samples.items():
         median = statistics.median(times)
-        out[name] = Measurement(True, median * 1e6, min(times) * 1e6, (max(times) - min(times)) / median, len(times),
-                                errors[name], other_load=load)
-    return {n: out[n] for n in names}
+        out[key] = Measurement(True, median * 1e6, min(times) * 1e6, (max(times) - min(times)) / median, len(times),
+                               errors[key], other_load=load)
+    return {folder: {n: out[folder, n] for n in names} for folder, names in builds}
