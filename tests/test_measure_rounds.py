@@ -32,3 +32,21 @@ def test_programs_of_different_builds_share_the_rounds():
     samples = time_interleaved({("f1", "p0"): TimedProgram(one, "p0", [], 1e-4),
                                 ("f2", "p0"): TimedProgram(two, "p0", [], 1e-4)}, rounds=3)
     assert one.calls == two.calls == ["p0"] * 3 and set(samples) == {("f1", "p0"), ("f2", "p0")}
+
+
+def test_timing_lock_lets_one_pass_run_at_a_time(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from tlmpack.schedule.data.measure import TimingLock
+
+    path = str(tmp_path / "lock")
+    code = (f"from tlmpack.schedule.data.measure import TimingLock\nprint('ready', flush=True)\n"
+            f"with TimingLock({path!r}): print('taken')")
+    with TimingLock(path):
+        other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert other.stdout.readline().strip() == "ready"
+        time.sleep(1)
+        assert other.poll() is None  # waiting for this pass to end
+    assert other.communicate(timeout=30)[0].strip() == "taken"

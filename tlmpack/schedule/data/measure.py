@@ -118,6 +118,31 @@ def wait_quiet(max_other: float = 0.5, timeout_s: float = 30.0) -> float:
     return load
 
 
+TIMING_LOCK = os.environ.get("TLMPACK_TIMING_LOCK", "/tmp/tlmpack-x86-timing.lock")
+
+
+class TimingLock:
+    """One timing pass at a time on this machine: two processes timing kernels on neighbouring
+    cores (two collectors, a collector and `tlm repeat`) slow each other down, and both would
+    record it. Held around a pass (taken before pausing anyone, so a paused process never holds it);
+    a second process waits for the first pass to end."""
+
+    def __init__(self, path: str = TIMING_LOCK) -> None:
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> TimingLock:
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # closing releases the lock
+        self.fd = -1
+
+
 class PausedProcesses:
     """SIGSTOPs ``pids`` for the duration of a ``with`` (and SIGCONTs them after, whatever happens):
     the build workers and other low-priority work of this host must not share the cores a kernel is
@@ -232,6 +257,7 @@ def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: li
     programs: dict[tuple[str, str], TimedProgram] = {}
     errors: dict[tuple[str, str], float] = {}
     with ExitStack() as stack:
+        stack.enter_context(TimingLock())
         stack.enter_context(PausedProcesses(list(pause)))
         load = wait_quiet(max_other, timeout_s=max_wait_s)
         for folder, names in builds:
