@@ -135,3 +135,17 @@ def test_a_space_found_exhausted_is_remembered_and_not_sampled_again(tmp_path):
     assert store.exhausted("x86", 1) == {key} and store.exhausted("x86", 2) == set()
     again = collect(store, ["toy"], seed=2, **run)
     assert again.sampled == 0 and again.measured == 0
+
+
+def test_collect_can_be_limited_to_task_kinds(one_task_store):
+    from tlmpack.schedule.data.collect import collect
+
+    store, key = one_task_store
+    store.task_path(key).unlink()
+    task = {"key": key, "name": "fused_dense_add_relu", "num_outputs": 1, "kind": "matmul",
+            "script": example_tasks()["fused_dense_add_relu"].script()}
+    store.put_task(task)
+    run = dict(per_task=1, seed=3, progress=False, say=lambda m: None, max_wait_s=0, threads=1, build_workers=1,
+               heuristic=False)
+    assert collect(store, ["toy"], kinds={"reduce", "pointwise"}, **run).measured == 0
+    assert collect(store, ["toy"], kinds={"matmul"}, **run).measured == 1

@@ -42,9 +42,11 @@ def _store(data_dir: str | None):
                    "they are paused while a kernel runs.")
 @click.option("--pause-niced", is_flag=True,
               help="x86: also pause (SIGSTOP/SIGCONT) this user's lower-priority processes while a kernel is timed.")
+@click.option("--kinds", default=None,
+              help="x86: only tasks of these comma-separated kinds (matmul, reduce, pointwise).")
 def collect(models: str | None, target: str, out_dir: str | None, tasks: int, per_task: int, seed: int,
             budget_minutes: float | None, batch: int, data_dir: str | None, no_progress: bool, max_wait_s: float,
-            threads: int | None, build_workers: int | None, pause_niced: bool) -> None:
+            threads: int | None, build_workers: int | None, pause_niced: bool, kinds: str | None) -> None:
     """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
     from .schedule.data.collect import collect as run
     from .schedule.data.corpus import DEFAULT_ORDER
@@ -64,7 +66,8 @@ def collect(models: str | None, target: str, out_dir: str | None, tasks: int, pe
     names = [m.strip() for m in models.split(",")] if models else list(DEFAULT_ORDER)
     summary = run(_store(data_dir), names, per_task, seed, budget_minutes, batch,
                   say=lambda m: click.echo(m, err=True), progress=not no_progress, max_wait_s=max_wait_s,
-                  threads=threads, build_workers=build_workers, pause_niced=pause_niced)
+                  threads=threads, build_workers=build_workers, pause_niced=pause_niced,
+                  kinds={k.strip() for k in kinds.split(",")} if kinds else None)
     click.echo(json.dumps(summary.to_json(), sort_keys=True))
     if summary.stopped == "interrupted":
         sys.exit(130)

@@ -143,7 +143,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
             batch: int = 48, say: Callable[[str], None] = print, progress: bool = True,
             max_wait_s: float = 30.0, threads: int | None = None, build_workers: int | None = None,
             pause_niced: bool = False, heuristic: bool = True, min_programs: int = 32,
-            gather_s: float = 60.0) -> CollectSummary:
+            gather_s: float = 60.0, kinds: set[str] | None = None) -> CollectSummary:
     """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86,
     built for and run on ``threads`` cores (default: all) through runtime_c's kernel path.
 
@@ -154,7 +154,8 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     first job also builds the schedule tlmpack's heuristics choose (``chosen_by: "heuristic"``), so
     the per-task table can say where it lands among the random programs. Finished builds are
     timed together, in one interleaved pass, once ``min_programs`` are ready (or ``gather_s``
-    after the first one), so every program's rounds are spread over seconds."""
+    after the first one), so every program's rounds are spread over seconds. ``kinds``: only tasks
+    of these kinds (``matmul``, ``reduce``, ``pointwise``: the stored task's ``kind``)."""
     import multiprocessing
     import shutil
     import signal
@@ -176,6 +177,8 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     deadline = started + budget_minutes * 60 if budget_minutes else float("inf")
     summary = CollectSummary()
     tasks = ensure_tasks(store, models, say)
+    if kinds is not None:
+        tasks = [(model, entry) for model, entry in tasks if store.task(entry["key"]).get("kind") in kinds]
     done = _existing(store, "x86", threads)
     from ...lower.x86 import x86_target
 
