@@ -149,3 +149,14 @@ def test_collect_can_be_limited_to_task_kinds(one_task_store):
                heuristic=False)
     assert collect(store, ["toy"], kinds={"reduce", "pointwise"}, **run).measured == 0
     assert collect(store, ["toy"], kinds={"matmul"}, **run).measured == 1
+
+
+def test_collect_stops_cleanly_when_its_memory_passes_the_limit(one_task_store):
+    from tlmpack.schedule.data.collect import collect
+
+    store, _ = one_task_store
+    said = []
+    summary = collect(store, ["toy"], per_task=4, seed=4, batch=2, progress=False, say=said.append, max_wait_s=0,
+                      threads=1, build_workers=1, heuristic=False, max_rss_fraction=1e-9)
+    assert summary.stopped == "memory" and 0 < summary.measured < 4
+    assert any("GiB" in line for line in said) and len(list(store.records("x86"))) == summary.measured

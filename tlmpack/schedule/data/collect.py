@@ -99,6 +99,26 @@ def _with_heuristic(store: Store, target: str, cores: int) -> set[str]:
             and r.get("timer") == "runtime_c" and r.get("hardware", {}).get("cores") == cores}
 
 
+def _rss_bytes() -> int:
+    """This process's resident memory (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _memory_bytes() -> int:
+    """The machine's memory (effectively unlimited where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 1 << 62
+
+
 def _gather_ready(in_flight: dict, min_programs: int, gather_s: float, submit_next: Callable[[], bool],
                   deadline: float) -> list:
     """(model, task entry, JobResult) of finished builds: the first, and those that finish while
@@ -143,7 +163,8 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
             batch: int = 48, say: Callable[[str], None] = print, progress: bool = True,
             max_wait_s: float = 30.0, threads: int | None = None, build_workers: int | None = None,
             pause_niced: bool = False, heuristic: bool = True, min_programs: int = 32,
-            gather_s: float = 60.0, kinds: set[str] | None = None) -> CollectSummary:
+            gather_s: float = 60.0, kinds: set[str] | None = None,
+            max_rss_fraction: float = 0.5) -> CollectSummary:
     """Measures up to ``per_task`` random legal programs of every task of ``models`` on this x86,
     built for and run on ``threads`` cores (default: all) through runtime_c's kernel path.
 
@@ -155,7 +176,9 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     the per-task table can say where it lands among the random programs. Finished builds are
     timed together, in one interleaved pass, once ``min_programs`` are ready (or ``gather_s``
     after the first one), so every program's rounds are spread over seconds. ``kinds``: only tasks
-    of these kinds (``matmul``, ``reduce``, ``pointwise``: the stored task's ``kind``)."""
+    of these kinds (``matmul``, ``reduce``, ``pointwise``: the stored task's ``kind``). The run
+    stops cleanly (``stopped: "memory"``) once this process holds more than ``max_rss_fraction``
+    of the machine's memory: a run of reduction tasks grew to 15 GiB and was OOM-killed once."""
     import multiprocessing
     import shutil
     import signal
@@ -173,6 +196,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     from .x86_build import build_job, init_worker
 
     threads = threads or len(os.sched_getaffinity(0))
+    max_rss = max_rss_fraction * _memory_bytes()
     started = time.perf_counter()
     deadline = started + budget_minutes * 60 if budget_minutes else float("inf")
     summary = CollectSummary()
@@ -286,7 +310,13 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                 shutil.rmtree(job.folder, ignore_errors=True)
                 bar.set_postfix_str(f"{entry['name'][:24]} {summary.valid}/{summary.measured} valid")
                 bar.update(len(outcomes))
-        summary.stopped = "budget" if time.perf_counter() >= deadline else "done"
+            rss = _rss_bytes()
+            if rss > max_rss:
+                say(f"stopping: this process holds {rss / 2**30:.1f} GiB (limit {max_rss / 2**30:.1f} GiB); "
+                    "what was measured is kept, and a new run resumes")
+                summary.stopped = "memory"
+                break
+        summary.stopped = summary.stopped or ("budget" if time.perf_counter() >= deadline else "done")
     except KeyboardInterrupt:
         summary.stopped = "interrupted"
     finally:
