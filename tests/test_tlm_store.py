@@ -160,3 +160,22 @@ def test_collect_stops_cleanly_when_its_memory_passes_the_limit(one_task_store):
                       threads=1, build_workers=1, heuristic=False, max_rss_fraction=1e-9)
     assert summary.stopped == "memory" and 0 < summary.measured < 4
     assert any("GiB" in line for line in said) and len(list(store.records("x86"))) == summary.measured
+
+
+def test_a_changed_heuristic_choice_is_found_and_recorded_again(one_task_store):
+    from tlmpack.schedule.data.collect import collect
+    from tlmpack.schedule.data.heuristic_records import changed_tasks, latest_heuristic, refresh_heuristics
+
+    store, key = one_task_store
+    collect(store, ["toy"], per_task=1, seed=3, progress=False, say=lambda m: None, max_wait_s=0, threads=1,
+            build_workers=1)
+    assert changed_tasks(store, 1) == []  # the rules still pick what was recorded
+    stale = dict(latest_heuristic(store, 1)[key])
+    stale["decisions"] = [["categorical", 0]]  # as if an older rule had chosen otherwise
+    store.writer("x86").append([stale])
+    assert changed_tasks(store, 1) == [key]
+    out = refresh_heuristics(store, 1, [key], say=lambda m: None, max_wait_s=0)
+    assert out == {"recorded": 1, "invalid": 0}
+    latest = latest_heuristic(store, 1)[key]
+    assert latest["valid"] and latest["min_us"] > 0 and latest["rule"]
+    assert changed_tasks(store, 1) == []

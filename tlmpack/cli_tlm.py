@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -16,6 +17,8 @@ def tlm() -> None:
 def _store(data_dir: str | None):
     from .schedule.data.store import Store, default_root
 
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise click.BadParameter(f"{data_dir} is not a folder", param_hint="--data-dir")
     return Store(data_dir or default_root())
 
 
@@ -139,3 +142,38 @@ def table(data_dir: str | None, heuristic: bool, models: str | None, threads: in
 
     chosen = [m.strip() for m in models.split(",")] if models else None
     click.echo(task_table(_store(data_dir), heuristic=heuristic, models=chosen, threads=threads))
+
+
+@tlm.command()
+@click.option("--tasks", default=None, help="Comma-separated task keys or key prefixes (default: every task with a "
+                                           "heuristic record).")
+@click.option("--threads", default=None, type=int, help="The records' core count (default: all cores).")
+@click.option("--all", "everything", is_flag=True, help="Re-time them all, not only those whose choice changed.")
+@click.option("--pause-niced", is_flag=True, help="Pause this user's lower-priority processes while timing.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_niced: bool,
+               data_dir: str | None) -> None:
+    """Record the heuristic schedule of stored tasks again where a rule now picks another one
+    (what `tlm table` then shows in its heuristic column)."""
+    from .schedule.data.heuristic_records import changed_tasks, latest_heuristic, refresh_heuristics
+
+    store = _store(data_dir)
+    threads = threads or len(os.sched_getaffinity(0))
+    keys = None
+    if tasks:
+        known = store.task_keys()
+        keys = []
+        for prefix in (p.strip() for p in tasks.split(",") if p.strip()):
+            found = [k for k in known if k.startswith(prefix)]
+            if len(found) != 1:
+                raise click.BadParameter(f"{prefix!r} matches {len(found)} stored tasks", param_hint="--tasks")
+            keys += found
+    if everything:
+        keys = keys if keys is not None else sorted(latest_heuristic(store, threads))
+    else:
+        click.echo("finding the tasks whose heuristic choice changed ...", err=True)
+        keys = changed_tasks(store, threads, keys)
+    click.echo(f"{len(keys)} tasks to re-time", err=True)
+    result = refresh_heuristics(store, threads, keys, say=lambda line: click.echo(line, err=True),
+                                pause_niced=pause_niced) if keys else {"recorded": 0, "invalid": 0}
+    click.echo(json.dumps({"tasks": len(keys), **result}, sort_keys=True))

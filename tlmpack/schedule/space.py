@@ -123,6 +123,11 @@ class DesignSpace:
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
 
+    def steps(self, sketch: int) -> tuple[str, ...]:
+        """The schedule instructions of a sketch's trace by kind (``"CacheWrite"``,
+        ``"ReverseComputeAt"``, ...): what tells sketches apart, for rules that prefer one shape."""
+        return tuple(str(inst.kind.name) for inst in self.sketches[sketch].trace.insts)
+
     def sites(self, sketch: int, locations: bool = False) -> list[SamplingSite]:
         """The sampling sites of a sketch in trace order (replayed with its own decisions).
         ``locations``: also list each compute-location site's legal values (about 10 ms a site)."""

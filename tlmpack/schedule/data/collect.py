@@ -52,6 +52,26 @@ def machine() -> dict:
             "tvm_num_threads": os.environ.get("TVM_NUM_THREADS", ""), "nice": os.nice(0)}
 
 
+def record_common(threads: int, seed: int) -> dict:
+    """The fields every x86 record of one run shares: format, hardware it was built and timed for
+    (``threads`` cores), machine, versions, collect seed, timer."""
+    import tvm
+
+    import tlmpack
+
+    from ...lower.x86 import x86_target
+    from ..hardware import detect_x86
+    from ..language import LANGUAGE_VERSION
+    from .measure import TIMING
+
+    target = x86_target(num_cores=threads)
+    hardware = {**detect_x86(target.features, target.num_cores).to_json(), "llvm_cpu": target.cpu,
+                "features": list(target.features)}
+    return {"v": RECORD_VERSION, "target": "x86", "hardware": hardware, "machine": machine(),
+            "tlmpack": tlmpack.__version__, "tvm": tvm.__version__, "language_version": LANGUAGE_VERSION,
+            "seed": seed, "timer": "runtime_c", "timing": TIMING}
+
+
 def ensure_tasks(store: Store, models: list[str], say: Callable[[str], None]) -> list[tuple[str, dict]]:
     """(model, task entry) for every distinct task of the models, extracting models not yet in the
     store (the Relax → TIR path only; seconds to minutes per model)."""
@@ -186,13 +206,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    import tvm
-
-    import tlmpack
-
-    from ..hardware import detect_x86
-    from ..language import LANGUAGE_VERSION
-    from .measure import TIMING, Measurement, measure_folders, niced_processes
+    from .measure import Measurement, measure_folders, niced_processes
     from .x86_build import build_job, init_worker
 
     threads = threads or len(os.sched_getaffinity(0))
@@ -204,17 +218,10 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     if kinds is not None:
         tasks = [(model, entry) for model, entry in tasks if store.task(entry["key"]).get("kind") in kinds]
     done = _existing(store, "x86", threads)
-    from ...lower.x86 import x86_target
-
-    target = x86_target(num_cores=threads)
     max_other = (os.cpu_count() or threads) - threads + 0.2  # other work may hold the cores we leave free
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill = Ctrl-C: the tasks in flight are the only loss
-    hardware = {**detect_x86(target.features, target.num_cores).to_json(), "llvm_cpu": target.cpu,
-                "features": list(target.features)}
-    common = {"v": RECORD_VERSION, "target": "x86", "hardware": hardware, "machine": machine(),
-              "tlmpack": tlmpack.__version__, "tvm": tvm.__version__, "language_version": LANGUAGE_VERSION,
-              "seed": seed, "timer": "runtime_c", "timing": TIMING}
+    common = record_common(threads, seed)
     with_heuristic = _with_heuristic(store, "x86", threads) if heuristic else None
     exhausted = store.exhausted("x86", threads)
 

@@ -7,19 +7,22 @@ import statistics
 
 from .store import Store
 
+X86_LATENCY = "min_us"  # the repeatable statistic on a shared host: see data/README.md, "Which latency"
 
-def latencies(store: Store, cores: int, target: str = "x86") -> tuple[dict[str, list[float]], dict[str, tuple]]:
-    """(task key → the median latencies (µs) of its valid random records taken on ``cores`` cores,
-    task key → (µs, rule) of its heuristic record, the latest)."""
+
+def latencies(store: Store, cores: int, target: str = "x86",
+              statistic: str = X86_LATENCY) -> tuple[dict[str, list[float]], dict[str, tuple]]:
+    """(task key → the latencies (µs, ``statistic`` of each record) of its valid random records
+    taken on ``cores`` cores, task key → (µs, rule) of its heuristic record, the latest)."""
     out: dict[str, list[float]] = {}
     heuristic: dict[str, tuple] = {}
     for r in store.records(target):
         if not r.get("valid") or r["hardware"]["cores"] != cores:
             continue
         if r.get("chosen_by") == "heuristic":
-            heuristic[r["task"]] = (r["median_us"], r.get("rule", ""))
+            heuristic[r["task"]] = (r[statistic], r.get("rule", ""))
         else:
-            out.setdefault(r["task"], []).append(r["median_us"])
+            out.setdefault(r["task"], []).append(r[statistic])
     return out, heuristic
 
 
@@ -43,7 +46,7 @@ def heuristic_latency(store: Store, key: str, cores: int) -> tuple[float | None,
         if job.error or not job.programs:
             return None, job.heuristic_rule or "none"
         m = measure_folder(folder, ["h"], cores)["h"]
-        return (m.median_us if m.valid else None), job.heuristic_rule
+        return (getattr(m, X86_LATENCY) if m.valid else None), job.heuristic_rule
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -52,14 +55,14 @@ def task_table(store: Store, heuristic: bool = False, models: list[str] | None =
                threads: int | None = None) -> str:
     """Markdown: one row per task with records, best, median, median/best, and the heuristic's
     record (collect measures it with the random programs; ``heuristic``: build and measure it now
-    for tasks without one); ``models``: only the tasks of these corpus models."""
+    for tasks without one); ``models``: only the tasks of these corpus models. A program's latency
+    is its record's X86_LATENCY (the fastest of its interleaved rounds)."""
     import os
 
     threads = threads or len(os.sched_getaffinity(0))
     lat, stored_heuristic = latencies(store, threads)
     names = {}
-    for path in sorted((store.root / "corpus").glob("*.json")):
-        entry = store.corpus(path.stem)
+    for entry in store.corpora():
         if models and entry["model"] not in models:
             continue
         for t in entry["tasks"]:

@@ -80,6 +80,10 @@ class Store:
         path = self.corpus_path(model)
         return json.loads(path.read_text()) if path.is_file() else None
 
+    def corpora(self) -> list[dict]:
+        """Every stored corpus entry (a model and its tasks), by model name."""
+        return [json.loads(p.read_text()) for p in sorted((self.root / "corpus").glob("*.json"))]
+
     # ---- records ------------------------------------------------------------------------------
     def records(self, target: str | None = None) -> Iterator[dict]:
         """Every record (valid or not) of ``target`` (all targets when None), shard by shard."""

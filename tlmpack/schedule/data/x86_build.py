@@ -186,9 +186,55 @@ def heuristic_point(func, tvm_target, cores: int) -> tuple[int, Any, tuple, str]
     return fixed[0], fixed[1], fixed[2], f"fallback:{fixed[3]}"
 
 
-def build_library(funcs: dict[str, Any], target, path: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class BuildBudget:
+    """What one build may use (CPU seconds: time spent paused by the timing process does not
+    count). Normal groups take well under a second of CPU per program (48 conv2d programs: 39 s)."""
+
+    group_cpu_s: float = 120.0  # a group of n programs: group_cpu_s + n * per_program_cpu_s
+    per_program_cpu_s: float = 5.0
+    single_cpu_s: float = 60.0
+    max_rss_bytes: int = 4 << 30
+
+    def for_group(self, n: int) -> float:
+        return self.group_cpu_s + n * self.per_program_cpu_s
+
+
+def build_library(funcs: dict[str, Any], target, path: Path, budget: BuildBudget = BuildBudget()) -> dict[str, str]:
     """Builds the scheduled ``funcs`` into one shared library at ``path`` (kernels named by the
-    keys); returns the build error of each program left out."""
+    keys); returns the build error of each program left out. The build runs in a child process
+    under ``budget`` (build_guard.py); a group over it is retried one program at a time, and the
+    programs over ``single_cpu_s`` are left out with that reason, so one pathological point costs
+    a minute instead of the whole job."""
+    from .build_guard import OverBudget, run_guarded
+
+    outcome = run_guarded(_build_unguarded, (funcs, target, path), budget.for_group(len(funcs)),
+                          budget.max_rss_bytes)
+    if not isinstance(outcome, OverBudget):
+        return outcome
+    errors: dict[str, str] = {}
+    for name, func in funcs.items():
+        alone = run_guarded(_compile_errors, ({name: func}, target), budget.single_cpu_s, budget.max_rss_bytes)
+        if isinstance(alone, OverBudget):
+            errors[name] = f"build: {alone.reason} (alone; the group of {len(funcs)} went {outcome.reason})"
+        else:
+            errors.update(alone)
+    good = {n: f for n, f in funcs.items() if n not in errors}
+    if good:
+        again = run_guarded(_build_unguarded, (good, target, path), budget.for_group(len(good)),
+                            budget.max_rss_bytes)
+        if isinstance(again, OverBudget):
+            errors.update({n: f"build: {again.reason} (group of the {len(good)} that built alone)" for n in good})
+        else:
+            errors.update(again)
+    return errors
+
+
+def _compile_errors(funcs: dict[str, Any], target) -> dict[str, str]:
+    return compile_group(funcs, target)[1]
+
+
+def _build_unguarded(funcs: dict[str, Any], target, path: Path) -> dict[str, str]:
     built, errors = compile_group(funcs, target)
     good = {n: f for n, f in funcs.items() if n not in errors}
     if good:
@@ -202,7 +248,10 @@ def init_worker(cores: list[int] | None, pid_dir: str | None = None) -> None:
     process's id in ``pid_dir`` so the timing process can pause it, and die with the timing
     process: killed while it had the workers paused (SIGSTOP), it would otherwise leave them
     stopped for good, holding their memory."""
+    from .build_guard import announce_pausable
+
     _die_with_parent()
+    announce_pausable(pid_dir)
     if cores:
         os.sched_setaffinity(0, cores)
     os.nice(5)

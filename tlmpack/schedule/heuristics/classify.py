@@ -24,6 +24,9 @@ class TaskClass:
     spatial: tuple[int, ...] = ()  # extents of the main block's spatial loops, in order
     reduction: tuple[int, ...] = ()  # extents of its reduction loops
     reuse: dict[str, tuple[int, ...]] = field(default_factory=dict)  # input → indices of spatial loops it ignores
+    # elements the task writes / elements the main block computes: > 1 when an epilogue broadcasts
+    # the result (squeeze-excite: a 1x1 conv's 480 values scale a 480x14x14 tensor, 196)
+    epilogue_growth: int = 1
 
     @property
     def rows(self) -> int:
@@ -104,4 +107,7 @@ def classify(func) -> TaskClass:
         for index in load.indices:
             used.update(v.name for v in tirx.analysis.undefined_vars(index))
         reuse[load.source.name] = tuple(i for i, v in enumerate(spatial_vars) if v.var.name not in used)
-    return TaskClass("matmul", main.name_hint, spatial, reduction, reuse)
+    last = blocks[-1]  # where the task's output is written: an epilogue, or the main block itself
+    written = math.prod(int(v.dom.extent) for v in last.iter_vars if v.iter_type == tirx.IterVar.DataPar)
+    growth = max(written // max(math.prod(spatial), 1), 1)
+    return TaskClass("matmul", main.name_hint, spatial, reduction, reuse, growth)

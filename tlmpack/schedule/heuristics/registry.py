@@ -30,9 +30,10 @@ class Rule:
     def is_eligible(self, task: TaskClass, hardware: Any) -> bool:
         raise NotImplementedError
 
-    def sketch_order(self, num_sketches: int, task: TaskClass) -> list[int]:
-        """Which sketches to try, best first; the first one that replays legally wins."""
-        return list(range(num_sketches))
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
+        """Which sketches to try, best first; the first one that replays legally wins.
+        ``sketches``: each sketch's schedule instructions by kind (DesignSpace.steps)."""
+        return list(range(len(sketches)))
 
     def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware: Any) -> Decisions | None:
         """Decision values for one sketch's sites, or None when this sketch does not suit the rule."""

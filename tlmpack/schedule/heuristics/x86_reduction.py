@@ -24,9 +24,9 @@ class X86Reduction(Rule):
     def is_eligible(self, task: TaskClass, hardware) -> bool:
         return task.kind == "reduce"
 
-    def sketch_order(self, num_sketches: int, task: TaskClass) -> list[int]:
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
         # The last sketch is the plain one (no rfactor split); the first ones split the row.
-        return list(range(num_sketches))[::-1]
+        return list(range(len(sketches)))[::-1]
 
     def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware) -> Decisions | None:
         row_parallel = task.rows >= 2 * hardware.cores or task.row_length < 8 * hardware.lanes(32)

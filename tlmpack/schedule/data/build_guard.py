@@ -1,0 +1,101 @@
+"""Runs one build in a forked child process under a CPU-time and memory budget.
+
+LLVM spends minutes and gigabytes on a few legal points: a fully unrolled rfactor softmax
+(task 0600cc44, sketch 1 with unroll step 512) compiles for more than 10 minutes where its neighbours
+take 0.3 s, and a job of 48 programs that contains one such point never finishes. The child is
+killed once it has used ``cpu_s`` seconds of CPU (time spent paused by the timing process does not
+count) or holds more than ``max_rss_bytes``; the caller then narrows the build down.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_pid_dir: str | None = None  # where the build worker announces pausable processes (init_worker sets it)
+
+
+def announce_pausable(pid_dir: str | None) -> None:
+    """Children forked from now on leave their pid in ``pid_dir`` while they run, so the process
+    that times kernels stops them too."""
+    global _pid_dir
+    _pid_dir = pid_dir
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """A child that was killed, or died, before it answered: why."""
+
+    reason: str
+
+
+def _usage(pid: int) -> tuple[float, int]:
+    """(CPU seconds, resident bytes) of process ``pid`` (zeros where /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/statm") as f:
+            resident_pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks, resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _child_main(conn, fn: Callable[..., Any], args: tuple) -> None:
+    from .x86_build import _die_with_parent
+
+    _die_with_parent()
+    try:
+        result: Any = fn(*args)
+    except Exception as e:  # noqa: BLE001  any failure is the build's answer
+        text = str(e).strip().splitlines()
+        result = OverBudget(f"{type(e).__name__}: {(text[0] if text else '')[:200]}")
+    conn.send(result)
+    conn.close()
+
+
+def run_guarded(fn: Callable[..., Any], args: tuple, cpu_s: float, max_rss_bytes: int,
+                poll_s: float = 0.1) -> Any:
+    """``fn(*args)`` in a forked child: its (picklable) result, or OverBudget when the child used
+    more than ``cpu_s`` CPU seconds or ``max_rss_bytes`` of memory, raised, or died."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_main, args=(send, fn, args), daemon=True)
+    child.start()
+    send.close()
+    announced = Path(_pid_dir, str(child.pid)) if _pid_dir else None
+    if announced is not None:
+        announced.touch()
+    try:
+        while True:
+            if receive.poll(poll_s):
+                try:
+                    return receive.recv()
+                except EOFError:
+                    break
+            if not child.is_alive():
+                if receive.poll(0):
+                    return receive.recv()
+                break
+            cpu, rss = _usage(child.pid)
+            if cpu > cpu_s:
+                return OverBudget(f"over {cpu_s:.0f} s of CPU")
+            if rss > max_rss_bytes:
+                return OverBudget(f"over {max_rss_bytes >> 20} MiB of memory")
+        code = child.exitcode
+        name = signal.Signals(-code).name if code is not None and code < 0 else f"exit code {code}"
+        return OverBudget(f"the build process died ({name})")
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
+        if announced is not None:
+            announced.unlink(missing_ok=True)
+
