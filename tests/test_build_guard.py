@@ -85,3 +85,11 @@ def test_programs_over_budget_are_left_out_with_the_reason_and_the_rest_build(tm
     errors = build_library(funcs, target, tmp_path / "none.so", starved)
     assert set(errors) == {"a", "b"} and all("over 0 s of CPU" in e for e in errors.values())
     assert not (tmp_path / "none.so").exists()
+
+
+def test_the_memory_budget_counts_what_the_child_adds_not_what_it_inherits():
+    inherited = np.ones(1 << 28, dtype=np.uint8)  # 256 MiB resident in the parent, shared by the fork
+    try:
+        assert run_guarded(_square, (3,), cpu_s=30, max_rss_bytes=128 << 20) == 9
+    finally:
+        del inherited

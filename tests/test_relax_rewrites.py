@@ -28,3 +28,39 @@ def test_awkward_matmul_width_is_padded_and_sliced_back(tmp_path):
     (ref,) = onnxruntime_outputs(model, {"x": x})
     (out,) = rt.load(tmp_path / "head.tar").run(None, {"x": x})
     assert out.shape == (1, 4, columns) and rel_err(out, ref) < 1e-4
+
+
+def test_a_torch_average_pool_covering_its_input_is_a_mean(tmp_path):
+    """transformers' EfficientNet pools a 7x7 map with nn.AvgPool2d(1280, ceil_mode=True): taken
+    literally, TVM pads each channel to 1286x1286 (8.5 GB). Here 12x12 windows on a 5x5 map."""
+    import torch
+
+    import tlmpack.runtime as rt
+    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.frontend.torch_rewrites import average_pool_covering_input_to_mean
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.pool = torch.nn.AvgPool2d(12, ceil_mode=True)
+            self.small = torch.nn.AvgPool2d(2)  # a real window: left alone
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return self.pool(y).flatten(1) + self.small(y)[:, :, 0, 0]
+
+    torch.manual_seed(0)
+    module = Head().eval()
+    x = torch.randn(1, 3, 5, 5)
+    ep = torch.export.export(module, (x,))
+    torch.export.save(ep, tmp_path / "head.pt2")
+    rewritten = ep.run_decompositions()
+    assert average_pool_covering_input_to_mean(rewritten) == 1
+    with torch.no_grad():
+        ref = module(x).numpy()
+        assert rel_err(rewritten.module()(x).numpy(), ref) < 1e-6
+    manifest = build(str(tmp_path / "head.pt2"), tmp_path / "head.tar", BuildOptions())
+    assert any("mean" in s["name"] for s in manifest["subgraphs"])
+    (out,) = rt.load(tmp_path / "head.tar").run(None, {"x": x.numpy()})
+    assert np.abs(ref).max() > 0 and rel_err(out, ref) < 1e-4

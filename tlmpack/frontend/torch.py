@@ -10,6 +10,7 @@ from ..errors import ModelLoadError, UnsupportedOperatorError
 from ..specs import SourceInfo, TensorSpec
 from . import ImportedModel, file_sha256
 from .relax_io import output_specs
+from .torch_rewrites import average_pool_covering_input_to_mean
 
 
 def _export_from_factory(reference: str):
@@ -77,6 +78,7 @@ def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> Impo
         ep = _export_from_factory(reference)
         sha, name = _program_sha256(ep), reference.rpartition(":")[2]
     ep = ep.run_decompositions()
+    average_pool_covering_input_to_mean(ep)
     inputs = _input_specs(ep)
     for spec in inputs:
         if spec.name in input_shapes and tuple(input_shapes[spec.name]) != spec.shape:

@@ -4,7 +4,8 @@ LLVM spends minutes and gigabytes on a few legal points: a fully unrolled rfacto
 (task 0600cc44, sketch 1 with unroll step 512) compiles for more than 10 minutes where its neighbours
 take 0.3 s, and a job of 48 programs that contains one such point never finishes. The child is
 killed once it has used ``cpu_s`` seconds of CPU (time spent paused by the timing process does not
-count) or holds more than ``max_rss_bytes``; the caller then narrows the build down.
+count) or has grown by more than ``max_rss_bytes`` of resident memory since the fork (a forked child
+starts out resident with all of its parent's pages); the caller then narrows the build down.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _child_main(conn, fn: Callable[..., Any], args: tuple) -> None:
 def run_guarded(fn: Callable[..., Any], args: tuple, cpu_s: float, max_rss_bytes: int,
                 poll_s: float = 0.1) -> Any:
     """``fn(*args)`` in a forked child: its (picklable) result, or OverBudget when the child used
-    more than ``cpu_s`` CPU seconds or ``max_rss_bytes`` of memory, raised, or died."""
+    more than ``cpu_s`` CPU seconds or grew by ``max_rss_bytes`` of memory, raised, or died."""
+    _, parent_rss = _usage(os.getpid())
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child_main, args=(send, fn, args), daemon=True)
@@ -86,7 +88,7 @@ def run_guarded(fn: Callable[..., Any], args: tuple, cpu_s: float, max_rss_bytes
             cpu, rss = _usage(child.pid)
             if cpu > cpu_s:
                 return OverBudget(f"over {cpu_s:.0f} s of CPU")
-            if rss > max_rss_bytes:
+            if rss - parent_rss > max_rss_bytes:
                 return OverBudget(f"over {max_rss_bytes >> 20} MiB of memory")
         code = child.exitcode
         name = signal.Signals(-code).name if code is not None and code < 0 else f"exit code {code}"

@@ -106,12 +106,14 @@ def extract_tasks(model: CorpusModel, seed: int = 0) -> list[dict]:
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
+    from ...frontend.torch_rewrites import average_pool_covering_input_to_mean
     from ...graph import fuse_to_tir, partition
     from ..language import describe_task
 
     module, example = build_module(model, seed)
     with torch.no_grad():
         ep = torch.export.export(module, (example,)).run_decompositions()
+    average_pool_covering_input_to_mean(ep)  # what `tlmpack build` compiles (frontend/torch.py)
     del module
     mod = from_exported_program(ep, keep_params_as_input=False, unwrap_unit_return_tuple=True)
     del ep
