@@ -142,7 +142,7 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
             continue
         if space is None:
             space = DesignSpace(func, tvm_target)
-        for sketch in rule.sketch_order([space.steps(i) for i in range(len(space.sketches))], task):
+        for sketch in rule.sketch_order([space.steps(i) for i in range(len(space.sketches))], task, hardware):
             if not 0 <= sketch < len(space.sketches):
                 continue
             sites = space.sites(sketch)

@@ -125,8 +125,20 @@ class DesignSpace:
 
     def steps(self, sketch: int) -> tuple[str, ...]:
         """The schedule instructions of a sketch's trace by kind (``"CacheWrite"``,
-        ``"ReverseComputeAt"``, ...): what tells sketches apart, for rules that prefer one shape."""
-        return tuple(str(inst.kind.name) for inst in self.sketches[sketch].trace.insts)
+        ``"ReverseComputeAt"``, ...): what tells sketches apart, for rules that prefer one shape.
+        An rfactor of a loop just split says which half it factors out: ``"RFactor:inner"`` keeps
+        a partial sum per inner position (vectorisable), ``"RFactor:outer"`` one per outer chunk."""
+        halves: dict = {}  # loop random variable -> "inner" | "outer"
+        steps = []
+        for inst in self.sketches[sketch].trace.insts:
+            kind = str(inst.kind.name)
+            if kind == "Split":
+                outputs = list(inst.outputs)
+                halves.update({rv: "inner" if i == len(outputs) - 1 else "outer" for i, rv in enumerate(outputs)})
+            elif kind == "RFactor" and inst.inputs and inst.inputs[0] in halves:
+                kind = f"RFactor:{halves[inst.inputs[0]]}"
+            steps.append(kind)
+        return tuple(steps)
 
     def sites(self, sketch: int, locations: bool = False) -> list[SamplingSite]:
         """The sampling sites of a sketch in trace order (replayed with its own decisions).

@@ -178,7 +178,7 @@ class CudaMatmul(Rule):
         # GEMV-like tasks (little output, long reduction) need split-K, which SSSRRSRS cannot do.
         return task.kind == "matmul" and not (task.rows < hardware.sm_count * 64 and task.row_length >= 256)
 
-    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         num_sketches = len(sketches)
         # Sketch 0 stages through shared memory synchronously; 1 and 2 add cp.async pipelines.
         order = list(range(num_sketches))

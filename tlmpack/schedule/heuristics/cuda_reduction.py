@@ -58,7 +58,7 @@ class CudaReduction(Rule):
     def is_eligible(self, task: TaskClass, hardware: Any) -> bool:
         return task.kind == "reduce" and task.row_length > 1
 
-    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         num_sketches = len(sketches)
         if task.row_length >= LONG_ROW:
             return list(reversed(range(num_sketches)))  # most cross-thread blocks first

@@ -30,7 +30,7 @@ class Rule:
     def is_eligible(self, task: TaskClass, hardware: Any) -> bool:
         raise NotImplementedError
 
-    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         """Which sketches to try, best first; the first one that replays legally wins.
         ``sketches``: each sketch's schedule instructions by kind (DesignSpace.steps)."""
         return list(range(len(sketches)))

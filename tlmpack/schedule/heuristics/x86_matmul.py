@@ -23,6 +23,8 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...schedule.space import SamplingSite
 from .classify import TaskClass
 from .registry import Decisions, Rule, register
@@ -92,7 +94,7 @@ class X86Matmul(Rule):
     def is_eligible(self, task: TaskClass, hardware) -> bool:
         return task.kind == "matmul" and len(task.spatial) >= 2
 
-    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         order = list(range(len(sketches)))
         if task.epilogue_growth >= 2:  # a broadcast epilogue: inside the tile, see the module notes
             fused = [i for i in order if "ReverseComputeAt" in sketches[i]]

@@ -1,19 +1,36 @@
-"""x86 reduction rule (softmax's pieces, layer norm, mean, pooling): rows in parallel when there
-are enough of them, one row's reduction split off as a parallel rfactor only when rows are few
-and the row is long.
+"""x86 reduction rule (softmax's pieces, layer norm, mean, pooling): rows in parallel, and a row
+long enough for vectors reduced as partial sums over an inner chunk of a few vectors.
 
 Sketches of MetaSchedule's llvm space for a reduction differ in whether the reduction loop is
-split for rfactor (a 2-way tile of the row) and where producers are computed. Row-parallel
-needs rows ≥ 2 × cores; otherwise the split sketch with an inner chunk of a few vectors lets the
-postprocessor vectorise the partial sums.
+split for rfactor (a 2-way tile of the row), which half the rfactor factors out, and where
+producers are computed. The sketch whose every rfactor keeps the *inner* half (DesignSpace.steps:
+"RFactor:inner") holds one partial sum per inner position, which the postprocessor vectorises;
+the plain sketch reduces a row one scalar add at a time. Measured (data/TASKS-x86.md, 1 thread):
+the plain sketch was 8-17x slower than the best random program on efficientnet's spatial means
+(rows of 196-12544) and 7-12x on bert's layer norms; their best programs all use the inner
+rfactor. Rows shorter than two vectors keep the plain sketch.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ...schedule.space import SamplingSite
 from .classify import TaskClass
 from .registry import Decisions, Rule, register
 from .x86_matmul import largest_divisor_at_most
+
+MIN_VECTOR_ROWS = 2  # a row of at least this many vectors is reduced as vectorised partial sums
+
+
+def vector_chunk(extent: int, lanes: int, bound: int) -> int:
+    """The inner chunk of a split row: the largest whole number of vectors (up to 4) that divides
+    it (784 -> 16, 3136 -> 32), else its largest divisor up to 4 vectors (196 -> 28)."""
+    limit = min(bound, 4 * lanes)
+    for vectors in range(limit // lanes, 0, -1):
+        if extent % (vectors * lanes) == 0:
+            return vectors * lanes
+    return largest_divisor_at_most(extent, limit)
 
 
 @register
@@ -24,20 +41,21 @@ class X86Reduction(Rule):
     def is_eligible(self, task: TaskClass, hardware) -> bool:
         return task.kind == "reduce"
 
-    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass) -> list[int]:
-        # The last sketch is the plain one (no rfactor split); the first ones split the row.
-        return list(range(len(sketches)))[::-1]
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
+        plain = [i for i, steps in enumerate(sketches) if not any(s.startswith("RFactor") for s in steps)]
+        inner = [i for i, steps in enumerate(sketches) if any(s == "RFactor:inner" for s in steps)
+                 and not any(s.startswith("RFactor") and s != "RFactor:inner" for s in steps)]
+        rest = [i for i in range(len(sketches)) if i not in plain and i not in inner]
+        if task.row_length >= MIN_VECTOR_ROWS * hardware.lanes(32):
+            return inner + plain + rest
+        return plain + inner + rest
 
     def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware) -> Decisions | None:
-        row_parallel = task.rows >= 2 * hardware.cores or task.row_length < 8 * hardware.lanes(32)
-        tiles = [s for s in sites if s.kind == "tile"]
-        if row_parallel and tiles:
-            return None  # this sketch splits the row: look for the plain one
         chosen: Decisions = {}
         for site in sites:
             if site.kind == "tile":
                 bound = site.max_innermost if site.max_innermost > 0 else site.extent
-                inner = largest_divisor_at_most(site.extent, min(bound, 4 * hardware.lanes(32)))
+                inner = vector_chunk(site.extent, hardware.lanes(32), bound)
                 chosen[site.index] = (*([1] * (site.parts - 2)), site.extent // inner, inner)
             elif site.kind == "categorical":
                 chosen[site.index] = site.candidates.index(16) if 16 in site.candidates else 0
