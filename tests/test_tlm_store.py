@@ -102,7 +102,9 @@ def test_repeat_rebuilds_stored_points_and_times_them_again(one_task_store):
     out = remeasure(store, 3, threads=1, back_to_back=True, max_wait_s=0, quiet_only=False)
     assert all(r["timing"] == "interleaved" and r["repeats"] >= 3 for r in store.records("x86"))
     assert out["remeasured"] == 3 and out["failures"] == 0
-    assert out["median_rel_diff"] is not None and out["back_to_back_median_rel_diff"] is not None
+    assert out["latency"] == "min_us"
+    for stat in ("min_us", "median_us"):
+        assert out[stat]["median_rel_diff"] is not None and out[stat]["back_to_back_median_rel_diff"] is not None
 
 
 def test_table_summary_says_how_much_the_schedule_matters_and_where_the_heuristic_trails():

@@ -7,15 +7,20 @@ import random
 import statistics
 import time
 
+from .report import X86_LATENCY
 from .store import Store, is_quiet
+
+STATISTICS = ("min_us", "median_us")  # what a record keeps of its rounds: fastest, median
 
 
 def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = False, threads: int | None = None,
               max_wait_s: float = 30.0, pause_niced: bool = False, quiet_only: bool = True,
               timing: str | None = "interleaved") -> dict:
     """Re-measures ``count`` random valid, quiet x86 records taken on ``threads`` cores through
-    runtime_c; reports the median relative difference |new - old| / old (of the medians, and of
-    the minima) and the programs that no longer replay or check. ``back_to_back``: also measure
+    runtime_c; reports, for each record statistic (``min_us``: the fastest interleaved round, the
+    latency training and the tables use; ``median_us``: the median round), the median and p90 of
+    the relative difference |new - old| / old and the median new / old, and the programs that no
+    longer replay or check. ``back_to_back``: also measure
     each program twice now, which separates the noise of the procedure from drift in the
     machine's load since the record was taken. ``quiet_only``: only records timed on quiet cores
     (what training uses). ``timing``: only records timed that way (``"interleaved"`` rounds, or
@@ -33,7 +38,10 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
                and (is_quiet(r) or not quiet_only) and r.get("timer") == "runtime_c"
                and timing in (None, r.get("timing", "burst"))]
     chosen = random.Random(seed).sample(records, min(count, len(records)))
-    diffs, min_diffs, again_diffs, again_min_diffs, ratios, loads = [], [], [], [], [], []
+    diffs: dict[str, list[float]] = {stat: [] for stat in STATISTICS}
+    ratios: dict[str, list[float]] = {stat: [] for stat in STATISTICS}
+    again: dict[str, list[float]] = {stat: [] for stat in STATISTICS}
+    loads: list[float] = []
     failures, started = 0, time.perf_counter()
     by_task: dict[tuple[str, int], list[dict]] = {}
     for r in chosen:
@@ -54,7 +62,7 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
         pause = niced_processes() if pause_niced else []
         # every program in one interleaved pass, as the collector times a batch of builds
         now = measure_folders(builds, threads, pause, max_other, max_wait_s)
-        again = measure_folders(builds, threads, pause, max_other, max_wait_s) if back_to_back else {}
+        second = measure_folders(builds, threads, pause, max_other, max_wait_s) if back_to_back else {}
         for folder, names in builds:
             for name in names:
                 r, m = records[folder, name], now[folder][name]
@@ -62,20 +70,21 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
                     failures += 1
                     continue
                 loads.append(m.other_load)
-                diffs.append(abs(m.median_us - r["median_us"]) / r["median_us"])
-                ratios.append(m.median_us / r["median_us"])
-                min_diffs.append(abs(m.min_us - r["min_us"]) / r["min_us"])
-                second = again.get(folder, {}).get(name)
-                if second is not None and second.valid:
-                    again_diffs.append(abs(second.median_us - m.median_us) / m.median_us)
-                    again_min_diffs.append(abs(second.min_us - m.min_us) / m.min_us)
+                repeat = second.get(folder, {}).get(name)
+                for stat in STATISTICS:
+                    new, old = getattr(m, stat), r[stat]
+                    diffs[stat].append(abs(new - old) / old)
+                    ratios[stat].append(new / old)
+                    if repeat is not None and repeat.valid:
+                        again[stat].append(abs(getattr(repeat, stat) - new) / new)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {"remeasured": len(diffs), "timing": timing or "any", "failures": failures, "threads": threads,
-            "median_rel_diff": _median(diffs), "median_new_over_old": _median(ratios), "p90_rel_diff": _p90(diffs),
-            "min_rel_diff": _median(min_diffs), "back_to_back_median_rel_diff": _median(again_diffs),
-            "back_to_back_min_rel_diff": _median(again_min_diffs),
-            "median_other_load": _median(loads), "seconds": round(time.perf_counter() - started, 1)}
+    out = {"remeasured": len(diffs["min_us"]), "timing": timing or "any", "failures": failures, "threads": threads,
+           "latency": X86_LATENCY, "median_other_load": _median(loads), "seconds": round(time.perf_counter() - started, 1)}
+    for stat in STATISTICS:
+        out[stat] = {"median_rel_diff": _median(diffs[stat]), "p90_rel_diff": _p90(diffs[stat]),
+                     "median_new_over_old": _median(ratios[stat]), "back_to_back_median_rel_diff": _median(again[stat])}
+    return out
 
 
 def _median(values: list[float]) -> float | None:
