@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# the tests check programs; they need no quiet host (host_gate.py would wait up to 2 min a pass)
+os.environ.setdefault("TLMPACK_HOST_WAIT_S", "1")
 
 
 @pytest.fixture(scope="session")

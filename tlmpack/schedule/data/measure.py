@@ -31,11 +31,15 @@ class Measurement:
     rel_err: float = 0.0
     error: str = ""
     other_load: float = 0.0  # cores other processes kept busy just before timing
+    host_slowdown: float = 0.0  # host_gate's probe ratio over this program's rounds (median; 0: no gate)
 
     def to_json(self) -> dict:
-        return {"valid": self.valid, "median_us": round(self.median_us, 3), "min_us": round(self.min_us, 3),
-                "spread": round(self.spread, 4), "repeats": self.repeats, "rel_err": float(f"{self.rel_err:.3g}"),
-                "error": self.error, "other_load": round(self.other_load, 2)}
+        out = {"valid": self.valid, "median_us": round(self.median_us, 3), "min_us": round(self.min_us, 3),
+               "spread": round(self.spread, 4), "repeats": self.repeats, "rel_err": float(f"{self.rel_err:.3g}"),
+               "error": self.error, "other_load": round(self.other_load, 2)}
+        if self.host_slowdown:
+            out["host_slowdown"] = round(self.host_slowdown, 3)
+        return out
 
 
 def _shape(param) -> tuple[int, ...]:
@@ -189,6 +193,13 @@ def niced_processes() -> list[int]:
 ROUNDS = 9  # interleaved rounds per program (3 for programs over LONG_CALL_S a call)
 ROUND_MS = 5.0  # each round runs a program back to back for at least this long
 LONG_CALL_S = 0.2
+HOST_WAIT_S = 120.0  # a timing pass waits this long at most, in all, for the host to be quiet
+
+
+def host_wait_s() -> float:
+    """HOST_WAIT_S, or the environment's TLMPACK_HOST_WAIT_S (the tests use 1 s: they check
+    programs, they do not need quiet numbers)."""
+    return float(os.environ.get("TLMPACK_HOST_WAIT_S", HOST_WAIT_S))
 TIMING = "interleaved"  # the records' ``timing``: what median_us and min_us are taken over
 
 
@@ -219,17 +230,24 @@ class TimedProgram:
     first_call_s: float
 
 
-def time_interleaved(programs: dict[Hashable, TimedProgram], rounds: int = ROUNDS,
-                     round_ms: float = ROUND_MS) -> dict[Hashable, list[float]]:
+def time_interleaved(programs: dict[Hashable, TimedProgram], rounds: int = ROUNDS, round_ms: float = ROUND_MS,
+                     gate: Any = None, slowdowns: dict[Hashable, list[float]] | None = None
+                     ) -> dict[Hashable, list[float]]:
     """Seconds per call of each program, one value per round. A round times every program once
     (a warm-up call, then calls back to back for at least ``round_ms``), so a program's samples
     are spread over the whole pass: on a shared host whose speed changes over seconds, samples
-    taken in one burst all share that moment's speed, and a re-measurement sees another one."""
+    taken in one burst all share that moment's speed, and a re-measurement sees another one.
+    ``gate`` (a host_gate.HostGate): each round of a program waits for a quiet host; the probe
+    ratio it went on at is appended to ``slowdowns[key]``."""
     samples: dict[Hashable, list[float]] = {k: [] for k in programs}
     for r in range(rounds):
         for key, p in programs.items():
             if r >= 3 and p.first_call_s > LONG_CALL_S:
                 continue
+            if gate is not None:
+                ratio = gate.wait()
+                if slowdowns is not None:
+                    slowdowns.setdefault(key, []).append(ratio)
             samples[key] += p.library.time(p.name, p.arrays, repeats=1, min_repeat_ms=round_ms)
     return samples
 
@@ -241,19 +259,23 @@ def measure_folder(folder: str, names: list[str], threads: int, pause: list[int]
 
 
 def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: list[int] = (),
-                    max_other: float = 0.5, max_wait_s: float = 30.0,
-                    rounds: int = ROUNDS) -> dict[str, dict[str, Measurement]]:
+                    max_other: float = 0.5, max_wait_s: float = 30.0, rounds: int = ROUNDS,
+                    host_wait: float | None = None) -> dict[str, dict[str, Measurement]]:
     """Measures the kernels of build folders (x86_build: kernels.so and reference.npz; given as
     (folder, kernel names)) through runtime_c with ``threads`` threads, with the processes
     ``pause`` stopped meanwhile: checks every program against its reference, then times all the
-    valid ones together in interleaved rounds (the median and the minimum over rounds)."""
+    valid ones together in interleaved rounds (the median and the minimum over rounds), each
+    round held while the host is slow (host_gate.py; up to ``host_wait`` seconds a pass, default
+    host_wait_s())."""
     from contextlib import ExitStack
     from pathlib import Path
 
+    from .host_gate import HostGate
     from .kernel_timer import KernelLibrary
     from .x86_build import load_reference
 
     out: dict[tuple[str, str], Measurement] = {}
+    slowdowns: dict[tuple[str, str], list[float]] = {}
     programs: dict[tuple[str, str], TimedProgram] = {}
     errors: dict[tuple[str, str], float] = {}
     with ExitStack() as stack:
@@ -271,17 +293,19 @@ def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: li
                 else:
                     first, errors[folder, name] = outcome
                     programs[folder, name] = TimedProgram(library, name, arrays, first)
+        gate = HostGate(host_wait_s() if host_wait is None else host_wait) if programs else None
         try:
-            samples = time_interleaved(programs, rounds)
+            samples = time_interleaved(programs, rounds, gate=gate, slowdowns=slowdowns)
         except Exception:  # noqa: BLE001  a program that checked but fails when timed: find it
             samples = {}
             for key, program in programs.items():
                 try:
-                    samples.update(time_interleaved({key: program}, rounds))
+                    samples.update(time_interleaved({key: program}, rounds, gate=gate, slowdowns=slowdowns))
                 except Exception as e:  # noqa: BLE001
                     out[key] = Measurement(False, error=f"run: {type(e).__name__}: {str(e)[:200]}")
     for key, times in samples.items():
         median = statistics.median(times)
         out[key] = Measurement(True, median * 1e6, min(times) * 1e6, (max(times) - min(times)) / median, len(times),
-                               errors[key], other_load=load)
+                               errors[key], other_load=load,
+                               host_slowdown=statistics.median(slowdowns[key]) if slowdowns.get(key) else 0.0)
     return {folder: {n: out[folder, n] for n in names} for folder, names in builds}
