@@ -7,9 +7,9 @@
 For each pair, both artifacts are loaded with tlmpack.runtime (no TVM) and run on
 ``<inputs-dir>/<NAME>.inputs.npz`` (bench_x86.py writes it). Rounds alternate which goes first; in
 each, an artifact runs ``--warmup`` untimed runs, then ``--runs`` timed runs back to back, so host
-drift hits both alike. Each pair runs twice, loading A first and then B first (the artifact loaded
-first ran up to 25 % slower in 3 of 4 runs of one model on this VM), and B/A is the geometric mean
-of the two orders. Before each block the host gate (tlmpack's x86 dataset timer, host_gate.py)
+drift hits both alike. Each pair runs twice, loading A first and then B first (so neither
+gets the better memory placement or pool start-up every time), and B/A is the geometric mean of
+the two orders. Before each block the host gate (tlmpack's x86 dataset timer, host_gate.py)
 waits up to ``--host-wait-s`` for the host's other tenants to leave this core alone. Prints a markdown row per model: median ms of each, B/A, and the relative
 difference of their outputs. Meant for "before / after" a scheduling change: build A with the old
 checkout, B with the new one.
