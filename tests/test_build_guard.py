@@ -93,3 +93,18 @@ def test_the_memory_budget_counts_what_the_child_adds_not_what_it_inherits():
         assert run_guarded(_square, (3,), cpu_s=30, max_rss_bytes=128 << 20) == 9
     finally:
         del inherited
+
+
+def test_a_reference_over_budget_fails_the_job_with_the_reason(tmp_path, monkeypatch):
+    from tlmpack.schedule.data import x86_build
+    from tlmpack.schedule.data.corpus import task_key
+    from tlmpack.schedule.data.store import Store
+
+    store = Store(tmp_path / "data")
+    func = example_tasks()["softmax"]
+    key = task_key(func)
+    store.put_task({"key": key, "name": "softmax", "num_outputs": 1, "script": func.script()})
+    monkeypatch.setattr(x86_build, "REFERENCE_BUDGET", x86_build.BuildBudget(single_cpu_s=0.5))
+    monkeypatch.setattr(x86_build, "write_reference", lambda *args: _spin())  # naive loops that never end
+    job = x86_build.build_job(str(store.root), key, 1, 0, str(tmp_path / "job"), count=2)
+    assert job.error.startswith("reference: over 0 s of CPU") and not job.programs

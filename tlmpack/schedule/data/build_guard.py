@@ -90,6 +90,7 @@ def run_guarded(fn: Callable[..., Any], args: tuple, cpu_s: float, max_rss_bytes
                 return OverBudget(f"over {cpu_s:.0f} s of CPU")
             if rss - parent_rss > max_rss_bytes:
                 return OverBudget(f"over {max_rss_bytes >> 20} MiB of memory")
+        child.join(timeout=5)  # the pipe can close before the child is reaped
         code = child.exitcode
         name = signal.Signals(-code).name if code is not None and code < 0 else f"exit code {code}"
         return OverBudget(f"the build process died ({name})")

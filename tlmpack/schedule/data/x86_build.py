@@ -152,8 +152,16 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
             chosen["h"] = (sketch, [d.to_json() for d in decisions], scheduled)
     try:
         if reference_cache is None or not os.path.exists(reference_cache):
-            write_reference(func, task["num_outputs"], target, reference_seed(key, seed),
-                            Path(reference_cache or out / "reference.npz"))
+            # in a child too: the unscheduled task's buffers (8.5 GB for one bad pool) and LLVM's
+            # memory leave with it instead of staying in a long-lived worker
+            from .build_guard import OverBudget, run_guarded
+
+            written = run_guarded(write_reference, (func, task["num_outputs"], target, reference_seed(key, seed),
+                                                    Path(reference_cache or out / "reference.npz")),
+                                  REFERENCE_BUDGET.single_cpu_s, REFERENCE_BUDGET.max_rss_bytes)
+            if isinstance(written, OverBudget):
+                result.error = f"reference: {written.reason}"
+                return result
         if reference_cache is not None:
             os.link(reference_cache, out / "reference.npz")
     except Exception as e:  # noqa: BLE001
@@ -200,6 +208,9 @@ class BuildBudget:
         return self.group_cpu_s + n * self.per_program_cpu_s
 
 
+REFERENCE_BUDGET = BuildBudget(single_cpu_s=900.0, max_rss_bytes=8 << 30)  # an LM head's naive loops: 43 s
+
+
 def build_library(funcs: dict[str, Any], target, path: Path, budget: BuildBudget = BuildBudget()) -> dict[str, str]:
     """Builds the scheduled ``funcs`` into one shared library at ``path`` (kernels named by the
     keys); returns the build error of each program left out. The build runs in a child process
@@ -212,6 +223,7 @@ def build_library(funcs: dict[str, Any], target, path: Path, budget: BuildBudget
                           budget.max_rss_bytes)
     if not isinstance(outcome, OverBudget):
         return outcome
+    Path(path).unlink(missing_ok=True)  # a child killed right after writing it: not the library's answer
     errors: dict[str, str] = {}
     for name, func in funcs.items():
         alone = run_guarded(_compile_errors, ({name: func}, target), budget.single_cpu_s, budget.max_rss_bytes)
@@ -224,6 +236,7 @@ def build_library(funcs: dict[str, Any], target, path: Path, budget: BuildBudget
         again = run_guarded(_build_unguarded, (good, target, path), budget.for_group(len(good)),
                             budget.max_rss_bytes)
         if isinstance(again, OverBudget):
+            Path(path).unlink(missing_ok=True)
             errors.update({n: f"build: {again.reason} (group of the {len(good)} that built alone)" for n in good})
         else:
             errors.update(again)
