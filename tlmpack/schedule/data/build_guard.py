@@ -28,6 +28,18 @@ def announce_pausable(pid_dir: str | None) -> None:
     _pid_dir = pid_dir
 
 
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent exits (it works on stopped processes too)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: a killed collector may leave paused workers behind
+
+
 @dataclass(frozen=True)
 class OverBudget:
     """A child that was killed, or died, before it answered: why."""
@@ -49,9 +61,7 @@ def _usage(pid: int) -> tuple[float, int]:
 
 
 def _child_main(conn, fn: Callable[..., Any], args: tuple) -> None:
-    from .x86_build import _die_with_parent
-
-    _die_with_parent()
+    die_with_parent()
     try:
         result: Any = fn(*args)
     except Exception as e:  # noqa: BLE001  any failure is the build's answer

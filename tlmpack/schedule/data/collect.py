@@ -72,6 +72,14 @@ def record_common(threads: int, seed: int) -> dict:
             "seed": seed, "timer": "runtime_c", "timing": TIMING}
 
 
+def make_record(common: dict, key: str, name: str, model: str, sketch: int, decisions: list, chosen: dict,
+                result: dict) -> dict:
+    """One x86 record: the run's common fields, the task, the point, who chose it, the measurement."""
+    return {**common, "task": key, "task_name": name, "model": model, "sketch": sketch, "decisions": decisions,
+            **chosen, **result, "loadavg": round(os.getloadavg()[0], 2),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def ensure_tasks(store: Store, models: list[str], say: Callable[[str], None]) -> list[tuple[str, dict]]:
     """(model, task entry) for every distinct task of the models, extracting models not yet in the
     store (the Relax → TIR path only; seconds to minutes per model)."""
@@ -206,7 +214,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    from .measure import Measurement, measure_folders, niced_processes
+    from .measure import Measurement, allowed_other_load, measure_folders, niced_processes
     from .x86_build import build_job, init_worker
 
     threads = threads or len(os.sched_getaffinity(0))
@@ -218,7 +226,7 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
     if kinds is not None:
         tasks = [(model, entry) for model, entry in tasks if store.task(entry["key"]).get("kind") in kinds]
     done = _existing(store, "x86", threads)
-    max_other = (os.cpu_count() or threads) - threads + 0.2  # other work may hold the cores we leave free
+    max_other = allowed_other_load(threads)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # kill = Ctrl-C: the tasks in flight are the only loss
     common = record_common(threads, seed)
@@ -299,10 +307,8 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                     if not m.valid:
                         reason = m.error.split(":")[0].split(" ")[0]
                         summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
-                    records.append({**common, "task": key, "task_name": entry["name"], "model": model,
-                                    "sketch": sketch, "decisions": decisions, **chosen, **m.to_json(),
-                                    "loadavg": round(os.getloadavg()[0], 2),
-                                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                    records.append(make_record(common, key, entry["name"], model, sketch, decisions, chosen,
+                                               m.to_json()))
                     done[key].add((sketch, _decisions_key(decisions)))
                 if records:
                     writer.append(records)  # flushed: a stop after this loses only the jobs in flight

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 
 from .store import Store
@@ -52,8 +51,8 @@ def refresh_heuristics(store: Store, threads: int, keys: list[str], seed: int = 
                        max_wait_s: float = 30.0) -> dict:
     """Builds the current heuristic schedule of each task in ``keys``, checks and times them all
     in one pass, and appends the records (``chosen_by: "heuristic"``): {"recorded", "invalid"}."""
-    from .collect import record_common
-    from .measure import measure_folders, niced_processes
+    from .collect import make_record, record_common
+    from .measure import Measurement, allowed_other_load, measure_folders, niced_processes
     from .x86_build import build_job
 
     common = record_common(threads, seed)
@@ -68,19 +67,16 @@ def refresh_heuristics(store: Store, threads: int, keys: list[str], seed: int = 
                 jobs.append(job)
         builds = [(job.folder, [n for n, _, _ in job.programs]) for job in jobs if job.programs]
         pause = niced_processes() if pause_niced else []
-        max_other = (os.cpu_count() or threads) - threads + 0.2
-        measured = measure_folders(builds, threads, pause, max_other, max_wait_s) if builds else {}
+        measured = measure_folders(builds, threads, pause, allowed_other_load(threads), max_wait_s) if builds else {}
         records, invalid = [], 0
         for job in jobs:
             name, model = names.get(job.key, ("?", "?"))
-            outcomes = [(sketch, decisions, {"valid": False, "error": err}) for _, sketch, decisions, err in job.failed]
-            outcomes += [(sketch, decisions, measured[job.folder][n].to_json()) for n, sketch, decisions in job.programs]
-            for sketch, decisions, result in outcomes:
-                invalid += not result["valid"]
-                records.append({**common, "task": job.key, "task_name": name, "model": model, "sketch": sketch,
-                                "decisions": decisions, "chosen_by": "heuristic", "rule": job.heuristic_rule,
-                                **result, "loadavg": round(os.getloadavg()[0], 2),
-                                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            outcomes = [(sketch, decisions, Measurement(False, error=err)) for _, sketch, decisions, err in job.failed]
+            outcomes += [(sketch, decisions, measured[job.folder][n]) for n, sketch, decisions in job.programs]
+            chosen = {"chosen_by": "heuristic", "rule": job.heuristic_rule}
+            for sketch, decisions, m in outcomes:
+                invalid += not m.valid
+                records.append(make_record(common, job.key, name, model, sketch, decisions, chosen, m.to_json()))
         if records:
             store.writer("x86").append(records)
         return {"recorded": len(records), "invalid": invalid}

@@ -110,6 +110,12 @@ def other_load(window_s: float = 0.1) -> float:
     return max(0.0, cores * busy / max(total1 - total0, 1))
 
 
+def allowed_other_load(threads: int) -> float:
+    """How busy other processes may keep this machine while ``threads`` cores time a kernel: the
+    cores left free (plus a little slack)."""
+    return (os.cpu_count() or threads) - threads + 0.2
+
+
 def wait_quiet(max_other: float = 0.5, timeout_s: float = 30.0) -> float:
     """The build host is shared: a parallel kernel whose second thread waits for a busy core runs
     at half speed or worse. So time only when other processes leave the cores free (or give up
@@ -193,6 +199,7 @@ def niced_processes() -> list[int]:
 ROUNDS = 9  # interleaved rounds per program (3 for programs over LONG_CALL_S a call)
 ROUND_MS = 5.0  # each round runs a program back to back for at least this long
 LONG_CALL_S = 0.2
+TIMING = "interleaved"  # the records' ``timing``: what median_us and min_us are taken over
 HOST_WAIT_S = 120.0  # a timing pass waits this long at most, in all, for the host to be quiet
 
 
@@ -200,7 +207,6 @@ def host_wait_s() -> float:
     """HOST_WAIT_S, or the environment's TLMPACK_HOST_WAIT_S (the tests use 1 s: they check
     programs, they do not need quiet numbers)."""
     return float(os.environ.get("TLMPACK_HOST_WAIT_S", HOST_WAIT_S))
-TIMING = "interleaved"  # the records' ``timing``: what median_us and min_us are taken over
 
 
 def check_program(library, name: str, args: list[np.ndarray],

@@ -29,11 +29,11 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
     import shutil
     import tempfile
 
-    from .measure import measure_folders, niced_processes
+    from .measure import allowed_other_load, measure_folders, niced_processes
     from .x86_build import build_job
 
     threads = threads or len(os.sched_getaffinity(0))
-    max_other = (os.cpu_count() or threads) - threads + 0.2
+    max_other = allowed_other_load(threads)
     records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == threads
                and (is_quiet(r) or not quiet_only) and r.get("timer") == "runtime_c"
                and timing in (None, r.get("timing", "burst"))]

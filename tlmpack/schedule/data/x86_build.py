@@ -261,25 +261,12 @@ def init_worker(cores: list[int] | None, pid_dir: str | None = None) -> None:
     process's id in ``pid_dir`` so the timing process can pause it, and die with the timing
     process: killed while it had the workers paused (SIGSTOP), it would otherwise leave them
     stopped for good, holding their memory."""
-    from .build_guard import announce_pausable
+    from .build_guard import announce_pausable, die_with_parent
 
-    _die_with_parent()
+    die_with_parent()
     announce_pausable(pid_dir)
     if cores:
         os.sched_setaffinity(0, cores)
     os.nice(5)
     if pid_dir:
         Path(pid_dir, str(os.getpid())).touch()
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent exits (it works on stopped processes too)."""
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: a killed collector may leave paused workers behind

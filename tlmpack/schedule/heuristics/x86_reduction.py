@@ -42,9 +42,9 @@ class X86Reduction(Rule):
         return task.kind == "reduce"
 
     def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
-        plain = [i for i, steps in enumerate(sketches) if not any(s.startswith("RFactor") for s in steps)]
-        inner = [i for i, steps in enumerate(sketches) if any(s == "RFactor:inner" for s in steps)
-                 and not any(s.startswith("RFactor") and s != "RFactor:inner" for s in steps)]
+        rfactors = [{s for s in steps if s.startswith("RFactor")} for steps in sketches]
+        plain = [i for i, kinds in enumerate(rfactors) if not kinds]
+        inner = [i for i, kinds in enumerate(rfactors) if kinds == {"RFactor:inner"}]
         rest = [i for i in range(len(sketches)) if i not in plain and i not in inner]
         if task.row_length >= MIN_VECTOR_ROWS * hardware.lanes(32):
             return inner + plain + rest
