@@ -166,7 +166,8 @@ def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_n
         for prefix in (p.strip() for p in tasks.split(",") if p.strip()):
             found = [k for k in known if k.startswith(prefix)]
             if len(found) != 1:
-                raise click.BadParameter(f"{prefix!r} matches {len(found)} stored tasks", param_hint="--tasks")
+                raise click.BadParameter(f"{prefix!r} matches {len(found)} stored tasks; expected exactly one",
+                                         param_hint="--tasks")
             keys += found
     if everything:
         keys = keys if keys is not None else sorted(latest_heuristic(store, threads))
