@@ -1,4 +1,4 @@
-"""Measures a batch of CUDA programs (tlmpack/schedule/data/cuda_programs.py) on this GPU.
+"""Measures a batch of CUDA programs (tlmpack/training/cuda_programs.py) on this GPU.
 
 No TVM here: numpy, torch (allocations, streams, events, CUDA graphs), nvcc and libcuda (ctypes:
 cuModuleLoadData, cuModuleGetFunction, cuLaunchKernel).

@@ -21,12 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tlmpack.lower.x86 import x86_target  # noqa: E402
-from tlmpack.schedule import language as L  # noqa: E402
-from tlmpack.schedule.data.corpus import load_func  # noqa: E402
-from tlmpack.schedule.data.sample import sample_point  # noqa: E402
-from tlmpack.schedule.data.store import Store, default_root  # noqa: E402
 from tlmpack.schedule.hardware import detect_x86  # noqa: E402
 from tlmpack.schedule.space import DesignSpace  # noqa: E402
+from tlmpack.tlm import language as L  # noqa: E402
+from tlmpack.training.corpus import load_func  # noqa: E402
+from tlmpack.training.sample import sample_point  # noqa: E402
+from tlmpack.training.store import Store, default_root  # noqa: E402
 
 
 def main() -> None:
@@ -40,9 +40,9 @@ def main() -> None:
     store = Store(a.data_dir or default_root())
     keys = random.Random(a.seed).sample(store.task_keys(), min(a.tasks, len(store.task_keys())))
     if a.target == "cuda":
-        from tlmpack.schedule.data.cuda_footprint import SharedFootprint
-        from tlmpack.schedule.data.cuda_programs import ARCH, cuda_tvm_target, sample_cuda_point
         from tlmpack.schedule.hardware import cuda_hardware
+        from tlmpack.training.cuda_footprint import SharedFootprint
+        from tlmpack.training.cuda_programs import ARCH, cuda_tvm_target, sample_cuda_point
 
         tvm_target, hw = cuda_tvm_target(), cuda_hardware(ARCH)
     else:

@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import tlmpack.runtime as rt
-    from tlmpack.schedule.data.host_gate import HostGate
+    from tlmpack.training.host_gate import HostGate
 
     print("| model | A ms (A loaded first / B first) | B ms (A first / B first) | B/A (geometric mean) | outputs rel diff |")
     print("|---|---:|---:|---:|---:|")

@@ -30,10 +30,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=5)
     args = ap.parse_args()
 
-    from tlmpack.schedule.data.host_gate import QUIET_RATIO, HostGate
-    from tlmpack.schedule.data.kernel_timer import KernelLibrary
-    from tlmpack.schedule.data.store import Store, default_root
-    from tlmpack.schedule.data.x86_build import build_job, load_reference
+    from tlmpack.training.host_gate import QUIET_RATIO, HostGate
+    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.training.store import Store, default_root
+    from tlmpack.training.x86_build import build_job, load_reference
 
     store = Store(default_root())
     records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == 1

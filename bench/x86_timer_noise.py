@@ -31,9 +31,9 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="the store (default: the checkout's data/)")
     args = ap.parse_args()
 
-    from tlmpack.schedule.data.measure import measure_folders, niced_processes
-    from tlmpack.schedule.data.store import Store, default_root
-    from tlmpack.schedule.data.x86_build import build_job
+    from tlmpack.training.measure import measure_folders, niced_processes
+    from tlmpack.training.store import Store, default_root
+    from tlmpack.training.x86_build import build_job
 
     store = Store(args.data or default_root())
     keys = store.task_keys()

@@ -8,7 +8,7 @@ import time
 import numpy as np
 from tlm_tasks import example_tasks
 
-from tlmpack.schedule.data.build_guard import OverBudget, announce_pausable, run_guarded
+from tlmpack.training.build_guard import OverBudget, announce_pausable, run_guarded
 
 
 def _square(x: int) -> int:
@@ -75,7 +75,7 @@ def test_a_running_child_announces_itself_so_the_timer_can_pause_it(tmp_path):
 
 def test_programs_over_budget_are_left_out_with_the_reason_and_the_rest_build(tmp_path):
     from tlmpack.lower.x86 import x86_target
-    from tlmpack.schedule.data.x86_build import BuildBudget, build_library
+    from tlmpack.training.x86_build import BuildBudget, build_library
 
     funcs = {"a": example_tasks()["fused_dense_add_relu"], "b": example_tasks()["softmax"]}
     target = x86_target(num_cores=1).tvm_target()
@@ -96,9 +96,9 @@ def test_the_memory_budget_counts_what_the_child_adds_not_what_it_inherits():
 
 
 def test_a_reference_over_budget_fails_the_job_with_the_reason(tmp_path, monkeypatch):
-    from tlmpack.schedule.data import x86_build
-    from tlmpack.schedule.data.corpus import task_key
-    from tlmpack.schedule.data.store import Store
+    from tlmpack.training import x86_build
+    from tlmpack.training.corpus import task_key
+    from tlmpack.training.store import Store
 
     store = Store(tmp_path / "data")
     func = example_tasks()["softmax"]

@@ -8,7 +8,7 @@ import time
 
 PARENT = textwrap.dedent("""
     import multiprocessing, os, signal, time
-    from tlmpack.schedule.data.x86_build import init_worker
+    from tlmpack.training.x86_build import init_worker
 
     def worker():
         init_worker(None)

@@ -12,14 +12,14 @@ pytest.importorskip("tvm")
 
 from tvm import te, topi  # noqa: E402
 
-from tlmpack.schedule.data.cuda_footprint import SharedFootprint  # noqa: E402
-from tlmpack.schedule.data.cuda_programs import (  # noqa: E402
+from tlmpack.schedule.space import DesignSpace  # noqa: E402
+from tlmpack.training.cuda_footprint import SharedFootprint  # noqa: E402
+from tlmpack.training.cuda_programs import (  # noqa: E402
     MAX_SHARED_BYTES,
     MIN_THREADS,
     cuda_tvm_target,
     sample_cuda_point,
 )
-from tlmpack.schedule.space import DesignSpace  # noqa: E402
 
 
 def _dense(m: int, n: int, k: int):

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from tlmpack.schedule.data import cuda_programs as cp  # noqa: E402
-from tlmpack.schedule.data.store import Store, default_root  # noqa: E402
+from tlmpack.training import cuda_programs as cp  # noqa: E402
+from tlmpack.training.store import Store, default_root  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def test_results_import_into_store(batch, tmp_path):
 
 
 def test_a_batch_can_carry_each_tasks_heuristic_point(tmp_path):
-    from tlmpack.schedule.data.report import cuda_task_table
+    from tlmpack.training.report import cuda_task_table
 
     store = Store(default_root())
     keys = _small_pointwise_tasks(store, 1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tlmpack.schedule.data import host_gate
-from tlmpack.schedule.data.host_gate import HostGate
+from tlmpack.training import host_gate
+from tlmpack.training.host_gate import HostGate
 
 
 class ScriptedGate(HostGate):
@@ -36,7 +36,7 @@ def test_the_wait_is_bounded_and_the_record_says_how_slow_it_was(tmp_path, monke
 
 
 def test_measurements_carry_the_probe_ratio(tmp_path):
-    from tlmpack.schedule.data.measure import Measurement
+    from tlmpack.training.measure import Measurement
 
     assert Measurement(True, 2.0, 1.0, host_slowdown=1.04).to_json()["host_slowdown"] == 1.04
     assert "host_slowdown" not in Measurement(True, 2.0, 1.0).to_json()

@@ -7,10 +7,10 @@ import random
 import pytest
 from tlm_tasks import example_tasks, x86_space
 
-from tlmpack.schedule import language as L
-from tlmpack.schedule.data.sample import replay_point, sample_point
 from tlmpack.schedule.hardware import X86Hardware, cuda_hardware
 from tlmpack.schedule.records import Decision
+from tlmpack.tlm import language as L
+from tlmpack.training.sample import replay_point, sample_point
 
 X86 = X86Hardware(cores=2, vector_bits=256, vector_registers=16, l1d_bytes=32 * 1024, l2_bytes=512 * 1024,
                   l3_bytes=32 * 1024 * 1024)

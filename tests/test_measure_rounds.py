@@ -1,6 +1,6 @@
 """The x86 timing procedure: programs are timed in interleaved rounds, not in one burst each."""
 
-from tlmpack.schedule.data.measure import LONG_CALL_S, TimedProgram, time_interleaved
+from tlmpack.training.measure import LONG_CALL_S, TimedProgram, time_interleaved
 
 
 class _RecordingLibrary:
@@ -39,10 +39,10 @@ def test_timing_lock_lets_one_pass_run_at_a_time(tmp_path):
     import sys
     import time
 
-    from tlmpack.schedule.data.measure import TimingLock
+    from tlmpack.training.measure import TimingLock
 
     path = str(tmp_path / "lock")
-    code = (f"from tlmpack.schedule.data.measure import TimingLock\nprint('ready', flush=True)\n"
+    code = (f"from tlmpack.training.measure import TimingLock\nprint('ready', flush=True)\n"
             f"with TimingLock({path!r}): print('taken')")
     with TimingLock(path):
         other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -9,9 +9,9 @@ import random
 import pytest
 from tlm_tasks import example_tasks, x86_space
 
-from tlmpack.schedule.data.sample import replay_point, sample_point
 from tlmpack.schedule.records import Decision
 from tlmpack.schedule.space import SamplingSite, legal_next_factors, legal_tile_factorizations, legal_values
+from tlmpack.training.sample import replay_point, sample_point
 
 
 def _brute_force(extent: int, parts: int, bound: int) -> list[tuple[int, ...]]:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tlm_tasks import example_tasks
 
-from tlmpack.schedule.data.measure import check
-from tlmpack.schedule.data.store import Store, read_shard
+from tlmpack.training.measure import check
+from tlmpack.training.store import Store, read_shard
 
 
 def _record(task: str, valid: bool, target: str = "x86") -> dict:
@@ -54,7 +54,7 @@ def test_check_rejects_wrong_nan_and_zero_outputs():
 def test_stored_script_gives_back_the_same_task(tmp_path):
     import tvm_ffi
 
-    from tlmpack.schedule.data.corpus import load_func, task_key
+    from tlmpack.training.corpus import load_func, task_key
 
     func = example_tasks()["softmax"]
     back = load_func({"script": func.script()})
@@ -64,7 +64,7 @@ def test_stored_script_gives_back_the_same_task(tmp_path):
 
 @pytest.fixture
 def one_task_store(tmp_path):
-    from tlmpack.schedule.data.corpus import task_key
+    from tlmpack.training.corpus import task_key
 
     store = Store(tmp_path)
     func = example_tasks()["fused_dense_add_relu"]
@@ -76,7 +76,7 @@ def one_task_store(tmp_path):
 
 
 def test_collect_measures_checks_and_resumes(one_task_store):
-    from tlmpack.schedule.data.collect import collect
+    from tlmpack.training.collect import collect
 
     store, key = one_task_store
     first = collect(store, ["toy"], per_task=3, seed=1, batch=2, progress=False, say=lambda m: None, max_wait_s=0)
@@ -92,8 +92,8 @@ def test_collect_measures_checks_and_resumes(one_task_store):
 
 
 def test_repeat_rebuilds_stored_points_and_times_them_again(one_task_store):
-    from tlmpack.schedule.data.collect import collect
-    from tlmpack.schedule.data.remeasure import remeasure
+    from tlmpack.training.collect import collect
+    from tlmpack.training.remeasure import remeasure
 
     store, _ = one_task_store
     collect(store, ["toy"], per_task=3, seed=2, progress=False, say=lambda m: None, max_wait_s=0, threads=1,
@@ -108,7 +108,7 @@ def test_repeat_rebuilds_stored_points_and_times_them_again(one_task_store):
 
 
 def test_table_summary_says_how_much_the_schedule_matters_and_where_the_heuristic_trails():
-    from tlmpack.schedule.data.report import summary
+    from tlmpack.training.report import summary
 
     spans = [("a", 1.0, 2.0, 1.0, 10), ("b", 2.0, 8.0, 6.0, 10), ("c", 1.0, 1.0, None, 2)]
     text = summary(spans)
@@ -121,8 +121,8 @@ def test_table_summary_says_how_much_the_schedule_matters_and_where_the_heuristi
 def test_a_space_found_exhausted_is_remembered_and_not_sampled_again(tmp_path):
     from tvm import te, topi
 
-    from tlmpack.schedule.data.collect import collect
-    from tlmpack.schedule.data.corpus import task_key
+    from tlmpack.training.collect import collect
+    from tlmpack.training.corpus import task_key
 
     store = Store(tmp_path)
     a, b = te.placeholder((4, 8), name="A"), te.placeholder((4, 8), name="B")
@@ -140,7 +140,7 @@ def test_a_space_found_exhausted_is_remembered_and_not_sampled_again(tmp_path):
 
 
 def test_collect_can_be_limited_to_task_kinds(one_task_store):
-    from tlmpack.schedule.data.collect import collect
+    from tlmpack.training.collect import collect
 
     store, key = one_task_store
     store.task_path(key).unlink()
@@ -154,7 +154,7 @@ def test_collect_can_be_limited_to_task_kinds(one_task_store):
 
 
 def test_collect_stops_cleanly_when_its_memory_passes_the_limit(one_task_store):
-    from tlmpack.schedule.data.collect import collect
+    from tlmpack.training.collect import collect
 
     store, _ = one_task_store
     said = []
@@ -165,8 +165,8 @@ def test_collect_stops_cleanly_when_its_memory_passes_the_limit(one_task_store):
 
 
 def test_a_changed_heuristic_choice_is_found_and_recorded_again(one_task_store):
-    from tlmpack.schedule.data.collect import collect
-    from tlmpack.schedule.data.heuristic_records import changed_tasks, latest_heuristic, refresh_heuristics
+    from tlmpack.training.collect import collect
+    from tlmpack.training.heuristic_records import changed_tasks, latest_heuristic, refresh_heuristics
 
     store, key = one_task_store
     collect(store, ["toy"], per_task=1, seed=3, progress=False, say=lambda m: None, max_wait_s=0, threads=1,

@@ -214,7 +214,7 @@ def check(artifact: str, device: str) -> None:
         sys.exit(EXIT_USER_ERROR)
 
 
-from .cli_tlm import tlm  # noqa: E402  (the dataset commands live in their own module)
+from .training.cli import tlm  # noqa: E402  (the dataset commands live in their own module)
 
 main.add_command(tlm)
 

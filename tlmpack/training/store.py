@@ -32,7 +32,7 @@ def is_quiet(record: dict) -> bool:
 
 
 def default_root() -> Path:
-    from ..._paths import REPO_ROOT
+    from .._paths import REPO_ROOT
 
     return REPO_ROOT / "data"
 

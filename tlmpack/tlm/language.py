@@ -16,8 +16,8 @@ import hashlib
 import re
 from dataclasses import dataclass, fields
 
-from .hardware import CudaHardware, X86Hardware
-from .records import Decision
+from ..schedule.hardware import CudaHardware, X86Hardware
+from ..schedule.records import Decision
 
 LANGUAGE_VERSION = 1
 MAX_SMALL = 4096  # numbers 0..MAX_SMALL are one token each
@@ -102,7 +102,7 @@ def op_words(task_name: str) -> tuple[str, ...]:
 
 def describe_task(func, name: str) -> TaskInfo:
     """Reads a task's kind, main-loop extents and parameter dtypes from its PrimFunc (imports TVM)."""
-    from .heuristics.classify import classify
+    from ..schedule.heuristics.classify import classify
 
     cls = classify(func)
     dtypes = tuple(dict.fromkeys(str(p.dtype) for p in func.params))

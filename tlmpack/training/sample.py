@@ -8,8 +8,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import Decision
-from ..space import DesignSpace, SamplingSite, legal_values
+from ..schedule.records import Decision
+from ..schedule.space import DesignSpace, SamplingSite, legal_values
 
 
 @dataclass(frozen=True)

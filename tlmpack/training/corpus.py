@@ -88,7 +88,7 @@ def build_module(model: CorpusModel, seed: int = 0):
     """The torch module and an example input (seeded weights; nothing downloaded)."""
     import torch
 
-    from ... import zoo
+    from .. import zoo
 
     zoo._offline()
     torch.manual_seed(seed)
@@ -106,9 +106,9 @@ def extract_tasks(model: CorpusModel, seed: int = 0) -> list[dict]:
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
-    from ...frontend.torch_rewrites import average_pool_covering_input_to_mean
-    from ...graph import fuse_to_tir, partition
-    from ..language import describe_task
+    from ..frontend.torch_rewrites import average_pool_covering_input_to_mean
+    from ..graph import fuse_to_tir, partition
+    from ..tlm.language import describe_task
 
     module, example = build_module(model, seed)
     with torch.no_grad():

@@ -15,7 +15,7 @@ def tlm() -> None:
 
 
 def _store(data_dir: str | None):
-    from .schedule.data.store import Store, default_root
+    from .store import Store, default_root
 
     if data_dir is not None and not os.path.isdir(data_dir):
         raise click.BadParameter(f"{data_dir} is not a folder", param_hint="--data-dir")
@@ -51,11 +51,11 @@ def collect(models: str | None, target: str, out_dir: str | None, tasks: int, pe
             budget_minutes: float | None, batch: int, data_dir: str | None, no_progress: bool, max_wait_s: float,
             threads: int | None, build_workers: int | None, pause_niced: bool, kinds: str | None) -> None:
     """Measure random legal programs of every task of the models. Resumable; Ctrl-C keeps what was measured."""
-    from .schedule.data.collect import collect as run
-    from .schedule.data.corpus import DEFAULT_ORDER
+    from .collect import collect as run
+    from .corpus import DEFAULT_ORDER
 
     if target == "cuda":
-        from .schedule.data.cuda_programs import build_batch, select_tasks
+        from .cuda_programs import build_batch, select_tasks
 
         if not out_dir:
             raise click.UsageError("--target cuda writes a batch for the GPU machine: give --out DIR")
@@ -82,7 +82,7 @@ def collect(models: str | None, target: str, out_dir: str | None, tasks: int, pe
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 def import_cuda(batch_dir: str, results: str, data_dir: str | None) -> None:
     """Append a GPU run's results (bench/gpu_measure_programs.py) for BATCH_DIR to the store."""
-    from .schedule.data.cuda_programs import import_results
+    from .cuda_programs import import_results
 
     click.echo(json.dumps(import_results(_store(data_dir), batch_dir, results), sort_keys=True))
 
@@ -118,7 +118,7 @@ def stats(as_json: bool, data_dir: str | None) -> None:
 def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_wait_s: float, pause_niced: bool,
            timing: str, data_dir: str | None) -> None:
     """Re-measure random quiet x86 records and print the median relative difference of their latencies."""
-    from .schedule.data.remeasure import remeasure
+    from .remeasure import remeasure
 
     click.echo(json.dumps(remeasure(_store(data_dir), count, seed, back_to_back, threads, max_wait_s,
                                     pause_niced, timing=None if timing == "any" else timing),
@@ -134,7 +134,7 @@ def repeat(count: int, seed: int, back_to_back: bool, threads: int | None, max_w
               help="cuda: the H200 records; the heuristic column comes from heuristic programs measured there.")
 def table(data_dir: str | None, heuristic: bool, models: str | None, threads: int | None, target: str) -> None:
     """A markdown table per task: valid records, best and median latency (and the heuristic's)."""
-    from .schedule.data.report import cuda_task_table, task_table
+    from .report import cuda_task_table, task_table
 
     if target == "cuda":
         click.echo(cuda_task_table(_store(data_dir)))
@@ -155,7 +155,7 @@ def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_n
                data_dir: str | None) -> None:
     """Record the heuristic schedule of stored tasks again where a rule now picks another one
     (what `tlm table` then shows in its heuristic column)."""
-    from .schedule.data.heuristic_records import changed_tasks, latest_heuristic, refresh_heuristics
+    from .heuristic_records import changed_tasks, latest_heuristic, refresh_heuristics
 
     store = _store(data_dir)
     threads = threads or len(os.sched_getaffinity(0))

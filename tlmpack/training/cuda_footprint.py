@@ -34,7 +34,7 @@ class SharedFootprint:
         from tvm import s_tir, tirx
         from tvm.sym.pattern import detect_linear_equation
 
-        from ..heuristics.classify import _is_multiply_accumulate, classify
+        from ..schedule.heuristics.classify import _is_multiply_accumulate, classify
 
         kind = classify(func)
         if kind.kind != "matmul":

@@ -28,7 +28,7 @@ def latest_heuristic(store: Store, threads: int) -> dict[str, dict]:
 def changed_tasks(store: Store, threads: int, keys: list[str] | None = None) -> list[str]:
     """The tasks (of ``keys``, default: every task with a heuristic record) whose heuristic
     choice is no longer the one recorded, or that have no heuristic record."""
-    from ...lower.x86 import x86_target
+    from ..lower.x86 import x86_target
     from .corpus import load_func
     from .x86_build import heuristic_point
 

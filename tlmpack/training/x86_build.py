@@ -104,9 +104,9 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
     ``reference_cache``: where this task's reference for ``seed`` is kept between jobs (the
     unscheduled task runs naive loops on one core: up to a minute for an LM head). ``heuristic``:
     also the point tlmpack's compile-time heuristics choose (kernel ``h``), timed with the others."""
-    from ...lower.x86 import x86_target
-    from ..records import Decision
-    from ..space import DesignSpace
+    from ..lower.x86 import x86_target
+    from ..schedule.records import Decision
+    from ..schedule.space import DesignSpace
     from .corpus import load_func
     from .sample import replay_point, sample_point
     from .store import Store
@@ -179,9 +179,9 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
 def heuristic_point(func, tvm_target, cores: int) -> tuple[int, Any, tuple, str] | None:
     """(sketch, scheduled PrimFunc, decisions, rule) that ``tlmpack build`` picks for this task on
     this x86: the first fitting heuristic rule, else the fixed rules it falls back to."""
-    from ...lower.x86 import x86_target
-    from ..hardware import detect_x86
-    from ..select import fixed_schedule, schedule_with_rules
+    from ..lower.x86 import x86_target
+    from ..schedule.hardware import detect_x86
+    from ..schedule.select import fixed_schedule, schedule_with_rules
 
     target = x86_target(num_cores=cores)
     hardware = detect_x86(target.features, target.num_cores)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..records import Decision
+from ..schedule.records import Decision
 from .cuda_footprint import SharedFootprint
 from .store import RECORD_VERSION, Store
 
@@ -52,7 +52,7 @@ def cuda_tvm_target(arch: str = ARCH):
 
 
 def _code_target(arch: str = ARCH):
-    from ...lower.cuda import CudaTarget
+    from ..lower.cuda import CudaTarget
 
     return CudaTarget((arch,), "nvcc", "0.0.0")  # generate() needs only the arch
 
@@ -68,7 +68,7 @@ def guided_decider(rng: random.Random, footprint: SharedFootprint | None = None,
     thread_extent_low_inclusive: the remaining spatial loops' extents bound what is left to come).
     Every value it returns is legal for its site; points the postprocessors still refuse are
     rejected as with plain uniform sampling. One decider per replay (it keeps running state)."""
-    from ..space import legal_values
+    from ..schedule.space import legal_values
 
     state = {"threads": 1, "vthreads": 1, "loop": 0}
     tiles = [1] * len(footprint.loops) if footprint else []
@@ -131,7 +131,7 @@ def dlight_schedule(func, tvm_target):
     """The task under dlight's default GPU rules (the reference schedule), or None."""
     from tvm import s_tir
 
-    from ...lower.cuda import _dlight_rules
+    from ..lower.cuda import _dlight_rules
 
     for rule in _dlight_rules():
         try:
@@ -154,7 +154,7 @@ def dlight_schedule(func, tvm_target):
 def generate_group(funcs: dict[str, Any], arch: str = ARCH) -> tuple[list[tuple[str, list[str]]], dict, dict]:
     """Programs → [(CUDA source, program ids in it)], launches per id, build error per id.
     One TVM build for the group; when it fails, halves, so one bad program sinks no others."""
-    from ...lower.cuda import generate
+    from ..lower.cuda import generate
 
     target = _code_target(arch)
     names = list(funcs)
@@ -232,8 +232,8 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
     ``chosen_by: "heuristic"``), so the GPU run measures where they land among the random ones."""
     import tvm
 
-    from ..language import LANGUAGE_VERSION
-    from ..space import DesignSpace
+    from ..schedule.space import DesignSpace
+    from ..tlm.language import LANGUAGE_VERSION
     from .corpus import load_func
 
     started = time.perf_counter()
@@ -292,8 +292,8 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
         meta[f"{tid}_ref"] = {"task": key, "reference": True, "sketch": -1, "decisions": []}
         pending[f"{tid}_ref"] = ref
         if heuristic:
-            from ..hardware import cuda_hardware
-            from ..select import schedule_with_rules
+            from ..schedule.hardware import cuda_hardware
+            from ..schedule.select import schedule_with_rules
 
             choice = schedule_with_rules(func, tvm_target, "cuda", cuda_hardware(arch))
             if choice is not None:
@@ -378,7 +378,7 @@ def records_from_results(batch: dict, results: dict) -> list[dict]:
     measured ones with their outcome, build failures and unmeasured ones as invalid."""
     import tlmpack
 
-    from ..hardware import cuda_hardware
+    from ..schedule.hardware import cuda_hardware
 
     info = results.get("machine", {})
     common = {"v": RECORD_VERSION, "target": "cuda", "hardware": cuda_hardware(batch["arch"]).to_json(),
@@ -443,13 +443,13 @@ def repeatability(results: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Command line: python -m tlmpack.schedule.data.cuda_programs build|import ...
+# Command line: python -m tlmpack.training.cuda_programs build|import ...
 # ------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m tlmpack.schedule.data.cuda_programs")
+    ap = argparse.ArgumentParser(prog="python -m tlmpack.training.cuda_programs")
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="sample programs and write a batch folder")
     b.add_argument("out")

@@ -59,9 +59,9 @@ def record_common(threads: int, seed: int) -> dict:
 
     import tlmpack
 
-    from ...lower.x86 import x86_target
-    from ..hardware import detect_x86
-    from ..language import LANGUAGE_VERSION
+    from ..lower.x86 import x86_target
+    from ..schedule.hardware import detect_x86
+    from ..tlm.language import LANGUAGE_VERSION
     from .measure import TIMING
 
     target = x86_target(num_cores=threads)
