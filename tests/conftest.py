@@ -20,7 +20,7 @@ def zoo_dir(tmp_path_factory) -> Path:
 def build_zoo_model(zoo_dir):
     """Exports a zoo model to ONNX and builds it for x86; cached per session."""
     from tlmpack import zoo
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     built: dict[str, tuple[Path, Path]] = {}
 

@@ -43,7 +43,7 @@ def test_torch_export_factory_matches_torch(tmp_path):
 
     import tlmpack.runtime as rt
     from tlmpack import zoo
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     tar = tmp_path / "mlp_torch.tar"
     manifest = build("tlmpack.zoo:mlp_factory", tar, BuildOptions())
@@ -59,7 +59,7 @@ def test_torch_export_factory_matches_torch(tmp_path):
 
 
 def test_two_builds_are_byte_identical(build_zoo_model, tmp_path):
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     onnx_path, first = build_zoo_model("bert-tiny")
     second = tmp_path / "again.tar"
@@ -76,13 +76,20 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
     assert manifest["format_version"] == 1
     assert {"weights.bin", "x86/model.so", "runtime_c/libtlmrt.so", "include/tlmrt.h", "SHA256SUMS"} <= set(names)
     assert set(manifest["files"]) == files - {"manifest.json", "SHA256SUMS"}
+    chosen = set()
     for subgraph in manifest["subgraphs"]:
         (schedule,) = subgraph["schedules"]
         assert schedule["target"] == "x86"
-        assert schedule["chosen_by"] == "heuristic" and schedule["note"].startswith("x86-")
+        chosen.add(schedule["chosen_by"])
+        if schedule["chosen_by"] == "tlm":  # the model's id and confidence; convs' weights pre-packed
+            assert schedule["note"].startswith(manifest["tlm"]["x86"]["id"])
+        else:  # the rules, and why the model did not choose
+            assert schedule["chosen_by"] == "heuristic" and schedule["note"].startswith("tlm fallback: ")
         assert schedule["sketch"] >= 0
-        if schedule["note"].startswith("x86-matmul"):  # convs: tiles, unroll, and pre-packed weights
+        if "conv2d" in subgraph["name"] and "x86-matmul" in schedule["note"] + "tlm":
             assert schedule["decisions"] and "pre-packed" in schedule["note"]
+    assert "tlm" in chosen
+    assert len(manifest["tlm"]["x86"]["sha256"]) == 64
     (x86,) = manifest["targets"]
     assert x86["conv_layout"] == "NHWC" and x86["hardware"]["vector_bits"] in (256, 512)
     assert manifest["memory"]["arena_bytes"] <= manifest["memory"]["unplanned_bytes"]
@@ -91,7 +98,7 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
 def test_baseline_scheduler_keeps_the_first_release_rules_and_matches_onnxruntime(build_zoo_model, tmp_path):
     import tlmpack.runtime as rt
     from tlmpack import zoo
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     onnx_path, _ = build_zoo_model("resnet-tiny")
     tar = tmp_path / "baseline.tar"
@@ -202,7 +209,7 @@ def test_dynamic_input_needs_input_shape_and_says_how(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
     model = tmp_path / "dyn.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
     from tlmpack.errors import InputShapeError
 
     with pytest.raises(InputShapeError, match="--input-shape x:"):
@@ -240,7 +247,7 @@ def test_average_pool_window_covering_the_input_becomes_global_pool(tmp_path):
     from onnx import TensorProto, helper
 
     import tlmpack.runtime as rt
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     node = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[1280, 1280],
                             strides=[1280, 1280], ceil_mode=1, count_include_pad=1)
@@ -274,7 +281,7 @@ def test_default_rules_tile_a_matmul_for_registers_and_keep_parallel_outer_loops
 
 def test_c_runtime_refuses_kernels_built_for_a_cpu_feature_this_cpu_lacks(tmp_path):
     import tlmpack.runtime as rt
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
     from tlmpack.runtime.errors import IncompatibleTargetError
     from tlmpack.runtime.preflight import read_cpu_features
 
@@ -300,7 +307,7 @@ def test_c_runtime_refuses_kernels_built_for_a_cpu_feature_this_cpu_lacks(tmp_pa
 def test_exact_math_build_also_matches_onnxruntime(build_zoo_model, tmp_path):
     import tlmpack.runtime as rt
     from tlmpack import zoo
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     onnx_path, fast = build_zoo_model("bert-tiny")  # by default GELU's erf and softmax's exp are approximated
     with tarfile.open(fast) as t:

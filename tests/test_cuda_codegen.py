@@ -52,7 +52,7 @@ SCHEDULER = {"mlp": "dlight", "bert-tiny": "heuristic"}  # both CUDA schedulers 
 def cuda_artifact(zoo_dir, tmp_path_factory):
     """Builds a zoo model with -t cuda,x86 once; returns (onnx path, tar path, extracted folder)."""
     from tlmpack import zoo
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     built: dict[str, tuple[Path, Path, Path]] = {}
 
@@ -184,7 +184,7 @@ def test_x86_target_beside_cuda_matches_onnxruntime(cuda_artifact):
 
 @needs_nvcc
 def test_cuda_builds_are_byte_identical(cuda_artifact, tmp_path):
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     onnx_path, first, _ = cuda_artifact("mlp")
     second = tmp_path / "again.tar"
@@ -233,14 +233,15 @@ def _fake_graph(func):
 
 
 def test_multi_kernel_task_launches_and_workspace(tmp_path):
+    from tlmpack.build import link_cuda_plan as _link_cuda_plan
     from tlmpack.emit.cuda_plan import render_cuda_plan
-    from tlmpack.emit.package import _link_cuda_plan
-    from tlmpack.lower.cuda import CudaKernels, CudaTarget, generate, schedule_tasks
+    from tlmpack.lower.cuda import CudaKernels, CudaTarget, generate
+    from tlmpack.schedule.select import schedule_cuda_tasks
     from tlmpack.specs import TensorSpec
 
     graph = _fake_graph(_two_kernel_task())
     target = CudaTarget(("sm_90",), "nvcc", "13.0.88")
-    funcs, records = schedule_tasks(graph, target)
+    funcs, records, _ = schedule_cuda_tasks(graph, target)
     assert records[0].note == "Fallback"
     source, launches = generate(funcs, target)
     task = launches["t0"]

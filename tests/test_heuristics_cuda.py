@@ -73,9 +73,9 @@ def target():
 
 @pytest.fixture(scope="module")
 def heuristic(graph, target):
-    from tlmpack.lower.cuda import schedule_tasks
+    from tlmpack.schedule.select import schedule_cuda_tasks
 
-    return schedule_tasks(graph, target, scheduler="heuristic")
+    return schedule_cuda_tasks(graph, target, scheduler="heuristic")[:2]
 
 
 @needs_nvcc
@@ -99,12 +99,12 @@ def test_every_rule_schedules_a_task_and_nvcc_compiles(heuristic, target, tmp_pa
 
 @needs_nvcc
 def test_disabled_rule_falls_back_to_dlight(graph, target, heuristic, monkeypatch):
-    from tlmpack.lower.cuda import schedule_tasks
+    from tlmpack.schedule.select import schedule_cuda_tasks
 
     _, records = heuristic
     reduced = {r.task for r in records if r.note == "cuda-reduction"}
     monkeypatch.setenv("TLMPACK_DISABLE_RULES", "cuda-reduction")
-    _, again = schedule_tasks(graph, target, scheduler="heuristic")
+    _, again, _ = schedule_cuda_tasks(graph, target, scheduler="heuristic")
     for r in again:
         if r.task in reduced:
             assert r.chosen_by == "dlight", r

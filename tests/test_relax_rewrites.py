@@ -12,7 +12,7 @@ def test_awkward_matmul_width_is_padded_and_sliced_back(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     import tlmpack.runtime as rt
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     columns = 8201  # prime: no divisor is a whole vector; 128 x 8201 weights pass the size bar
     weight = np.random.default_rng(0).standard_normal((128, columns)).astype(np.float32) * 0.1
@@ -36,7 +36,7 @@ def test_a_torch_average_pool_covering_its_input_is_a_mean(tmp_path):
     import torch
 
     import tlmpack.runtime as rt
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
     from tlmpack.frontend.torch_rewrites import average_pool_covering_input_to_mean
 
     class Head(torch.nn.Module):

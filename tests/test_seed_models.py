@@ -33,7 +33,7 @@ def test_seed_model_through_torch_export_matches_torch(tmp_path):
 
     import tlmpack.runtime as rt
     from tlmpack import zoo
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     tar = tmp_path / "bert_tiny_torch.tar"
     build("tlmpack.zoo:bert_tiny_factory", tar, BuildOptions())

@@ -60,25 +60,29 @@ def main(debug: bool) -> None:
 @click.option("--fast-math/--exact-math", "fast_math", default=True, show_default=True,
               help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform), checked within 1e-4 "
                    "of onnxruntime/torch on x86 and CUDA; --exact-math keeps libm's functions.")
-@click.option("--scheduler", default="heuristic", show_default=True,
-              type=click.Choice(["heuristic", "baseline", "dlight"]),
-              help="Who picks the schedules: heuristic (compile-time rules from the hardware description, "
-                   "pre-packed x86 weights) or baseline/dlight (the first release's fixed x86 rules and TVM "
-                   "dlight on CUDA).")
+@click.option("--scheduler", default="tlm", show_default=True,
+              type=click.Choice(["tlm", "heuristic", "baseline", "dlight"]),
+              help="Who picks the schedules: tlm (the Tensor Language Model, no search; the rules where it is "
+                   "unsure or the task is unlike its training), heuristic (compile-time rules from the hardware "
+                   "description), or baseline/dlight (the first release's fixed x86 rules and TVM dlight on CUDA). "
+                   "tlm and heuristic pre-pack x86 weights.")
+@click.option("--tune", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Measure this many candidates per x86 task on this machine (the TLM's top-k plus the rules' "
+                   "point) and keep the fastest (chosen_by: search). 0: no measurement.")
 @click.option("--cuda-arch", "cuda_archs", default=None, metavar="sm_XX[,sm_YY…]",
               help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
-          scheduler: str, cuda_archs: str | None, fast_math: bool) -> None:
+          scheduler: str, tune: int, cuda_archs: str | None, fast_math: bool) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
-    from .emit.package import BuildOptions
-    from .emit.package import build as build_artifact
+    from .build import BuildOptions
+    from .build import build as build_artifact
     from .specs import parse_input_shapes
 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
                            input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
                            cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()),
-                           fast_math=fast_math)
+                           fast_math=fast_math, tune=tune)
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
 
 

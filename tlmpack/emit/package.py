@@ -1,50 +1,14 @@
-"""The build: model → Relax → tasks → schedules → kernels → plan → the .tar artifact."""
+"""Assembling an artifact: linking the generated plans, adding the C runtime, and what the
+manifest says of every subgraph. tlmpack/build.py drives the stages and calls these."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
 from .._paths import RUNTIME_C_DIR
 from ..errors import LoweringError
-from .manifest import write_manifest
-from .plan_c import render_plan
-from .tarball import write_reproducible_tar
-
-SUPPORTED_TARGETS = ("x86", "cuda")
-TARGET_ORDER = ("cuda", "x86")
-# heuristic: the rules registry (schedule/heuristics); baseline: the first release's schedulers
-# (fixed x86 rules, TVM dlight on CUDA); dlight: the same as baseline, by the name CUDA users know.
-SCHEDULERS = ("heuristic", "baseline", "dlight")  # the manifest lists targets in this order (the runtime's preference)
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """Everything that changes the artifact; recorded in the manifest."""
-
-    targets: tuple[str, ...] = ("x86",)
-    cpu: str | None = None
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    scheduler: str = "heuristic"  # heuristic | baseline (fixed x86 rules, dlight on CUDA)
-    cuda_archs: tuple[str, ...] = ()  # e.g. ("sm_80", "sm_90"); empty: sm_90
-    # TVM's FastMathTransform: vectorisable erf/exp/tanh approximations. On by default: checked
-    # within 1e-4 of onnxruntime / torch on x86 and on the H200 (BENCHMARKS.md); --exact-math for libm.
-    fast_math: bool = True
-
-    def to_json(self) -> dict:
-        out = {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
-               "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
-        out["fast_math"] = self.fast_math
-        if "cuda" in self.targets:
-            out["cuda_archs"] = list(self.cuda_archs)
-        return out
 
 
 def _run(cmd: list[str], cwd: Path, what: str) -> None:
@@ -53,7 +17,7 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
         raise LoweringError(f"{what} failed ({' '.join(cmd[:3])} …):\n{result.stderr.strip()[-2000:]}")
 
 
-def _link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
+def link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
     """plan.c + the kernels' object → x86/model.so, deterministically."""
     x86 = stage / "x86"
     build = stage.parent / "build"
@@ -66,7 +30,7 @@ def _link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
     _run(cmd, build, "linking x86/model.so")
 
 
-def _link_cuda_plan(stage: Path, plan_c: str) -> None:
+def link_cuda_plan(stage: Path, plan_c: str) -> None:
     """cuda_plan.c → cuda/plan.so: a host library holding only the CUDA plan's C data."""
     build = stage.parent / "build-cuda"
     build.mkdir(exist_ok=True)
@@ -77,33 +41,7 @@ def _link_cuda_plan(stage: Path, plan_c: str) -> None:
     _run(cmd, build, "linking cuda/plan.so")
 
 
-def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
-                scheduler: str = "heuristic") -> tuple[dict, list]:
-    """Schedules (dlight), generates and compiles the CUDA kernels, renders and links the plan.
-    Returns the manifest's target entry and the schedule records."""
-    from ..lower.cuda import build_kernels, schedule_tasks
-    from .cuda_plan import render_cuda_plan
-
-    cuda_scheduler = "heuristic" if scheduler == "heuristic" else "dlight"
-    say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with {cuda_scheduler}")
-    funcs, records = schedule_tasks(graph, cuda, say, scheduler=cuda_scheduler)
-    nvcc_dir = stage.parent / "nvcc"
-    kernels = build_kernels(funcs, cuda, nvcc_dir, say)
-    (stage / "cuda").mkdir()
-    for name in ["kernels.cu", *(file for file, _, _ in kernels.images)]:
-        shutil.copy(nvcc_dir / name, stage / "cuda" / name)
-    plan = render_cuda_plan(graph, kernels, cuda, imported.inputs, imported.outputs, imported.source.name,
-                            __version__)
-    _link_cuda_plan(stage, plan.c_source)
-    files = ["cuda/plan.so", *(f"cuda/{file}" for file, _, _ in kernels.images), "cuda/kernels.cu"]
-    say(f"CUDA plan: {plan.num_launches} launches, device arena {plan.arena_bytes / 2**20:.1f} MiB "
-        f"(workspace {plan.workspace_bytes / 2**10:.1f} KiB)")
-    entry = cuda.to_json() | {"files": files, "launches": plan.num_launches, "arena_bytes": plan.arena_bytes,
-                              "workspace_bytes": plan.workspace_bytes}
-    return entry, records
-
-
-def _subgraphs(graph, x86_graph, records_by_target: dict, order: list[str]) -> list[dict]:
+def subgraphs(graph, x86_graph, records_by_target: dict, order: list[str]) -> list[dict]:
     """Every task with its schedule on each target that runs it (the x86 graph may be its own)."""
     if x86_graph is None or x86_graph is graph:
         return [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order]}
@@ -113,7 +51,7 @@ def _subgraphs(graph, x86_graph, records_by_target: dict, order: list[str]) -> l
     return out + [t.to_json() | {"schedules": [records_by_target["x86"][t.id].to_json()]} for t in x86_graph.tasks]
 
 
-def _choose_summary(scheduled) -> str:
+def choose_summary(scheduled) -> str:
     """One line: who chose, and what choosing cost (classify + rule, without TVM's replay)."""
     counts: dict[str, int] = {}
     for r in scheduled.records:
@@ -128,7 +66,7 @@ def _choose_summary(scheduled) -> str:
     return line
 
 
-def _add_runtime(stage: Path) -> None:
+def add_runtime(stage: Path) -> None:
     """The runtime's sources, the public header, and a prebuilt library for hosts like this one."""
     sources = stage / "runtime_c"
     sources.mkdir()
@@ -138,111 +76,3 @@ def _add_runtime(stage: Path) -> None:
     (stage / "include").mkdir()
     shutil.copy(RUNTIME_C_DIR / "tlmrt.h", stage / "include" / "tlmrt.h")
     _run(["bash", "runtime_c/build.sh", "runtime_c"], stage, "building the C runtime")
-
-
-def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None] = lambda s: None) -> dict:
-    """Builds ``model`` into the artifact ``out``; returns the manifest."""
-    from ..lower.cuda import cuda_target
-
-    if options.scheduler not in SCHEDULERS:
-        raise LoweringError(f"unknown scheduler {options.scheduler!r}; expected one of {list(SCHEDULERS)}")
-    unknown = set(options.targets) - set(SUPPORTED_TARGETS)
-    if unknown:
-        raise LoweringError(f"unknown target(s) {sorted(unknown)}; this build supports {list(SUPPORTED_TARGETS)}")
-    if not options.targets:
-        raise LoweringError(f"no target given; this build supports {list(SUPPORTED_TARGETS)}")
-    if options.cuda_archs and "cuda" not in options.targets:
-        raise LoweringError("--cuda-arch is for the cuda target: add -t cuda")
-    started = time.perf_counter()
-    cuda = cuda_target(options.cuda_archs) if "cuda" in options.targets else None  # fail before the long part
-    options = dataclasses.replace(options, targets=tuple(t for t in TARGET_ORDER if t in options.targets),
-                                  cuda_archs=cuda.archs if cuda else ())
-
-    import tvm
-
-    from ..frontend import load_model
-    from ..graph import fuse_to_tir, has_conv2d, partition
-    from ..lower.prepack import Packer
-    from ..lower.x86 import build_kernels, x86_target
-    from ..schedule.hardware import detect_x86
-    from ..schedule.select import schedule_tasks
-    from .x86_weights import pack_graph
-
-    say(f"loading {model}")
-    imported = load_model(model, options.input_shapes)
-    say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
-    # x86 heuristics run convolutions channels-last (a conv becomes a GEMM over output channels);
-    # CUDA keeps the model's layout. With both targets the x86 plan has its own graph and weights.
-    x86_layout = ("NHWC" if "x86" in options.targets and options.scheduler == "heuristic"
-                  and has_conv2d(imported.mod) else None)
-    graph = None
-    if cuda is not None or x86_layout is None:
-        graph = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math))
-    x86_source = graph if x86_layout is None else None
-    if x86_layout is not None:
-        say(f"lowering for x86 with {x86_layout} convolutions")
-        x86_source = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math, conv_layout=x86_layout),
-                               task_prefix="x" if graph is not None else "k")
-        graph = graph or x86_source
-    say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
-        f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
-
-    with tempfile.TemporaryDirectory(prefix="tlmpack-build-") as tmp:
-        stage = Path(tmp) / "artifact"
-        stage.mkdir(parents=True)
-        target_entries: dict[str, dict] = {}
-        records_by_target: dict[str, dict] = {}
-        if cuda is not None:
-            entry, records = _build_cuda(stage, graph, imported, cuda, say, options.scheduler)
-            target_entries["cuda"] = entry
-            records_by_target["cuda"] = {r.task: r for r in records}
-        x86_weights = graph.weights
-        if "x86" in options.targets:
-            target = x86_target(options.cpu)
-            hardware = detect_x86(target.features, target.num_cores)
-            say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
-            scheduled = schedule_tasks(x86_source, target.tvm_target(), "x86", options.scheduler,
-                                       hardware.lanes(32), say, hardware)
-            x86_graph = x86_source
-            if scheduled.splits:
-                say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
-                x86_graph = pack_graph(x86_source, scheduled.splits, Packer().pack)
-            (stage / "x86").mkdir()
-            say("building x86 kernels with LLVM")
-            kernels_object = Path(tmp) / "kernels.o"
-            build_kernels(scheduled.funcs, target, kernels_object)
-            plan = render_plan(x86_graph, imported.inputs, imported.outputs, imported.source.name, __version__,
-                               target.features)
-            _link_model_library(stage, plan, kernels_object)
-            x86_weights = x86_graph.weights
-            files = ["x86/model.so"]
-            if cuda is not None and x86_weights != graph.weights:
-                (stage / "x86" / "weights.bin").write_bytes(x86_weights)  # the runtime's x86 backend prefers it
-                files.append("x86/weights.bin")
-            target_entries["x86"] = target.to_json() | {
-                "hardware": hardware.to_json(), "files": files, "weights_bytes": len(x86_weights),
-                "arena_bytes": x86_graph.arena_bytes, "conv_layout": x86_layout or "model"}
-            records_by_target["x86"] = {r.task: r for r in scheduled.records}
-            say(_choose_summary(scheduled))
-        # weights.bin: the CUDA plan's constants; in an x86-only build, the x86 plan's (maybe packed)
-        (stage / "weights.bin").write_bytes(graph.weights if cuda is not None else x86_weights)
-        _add_runtime(stage)
-        order = [t for t in TARGET_ORDER if t in target_entries]
-        manifest = {
-            "tlmpack_version": __version__,
-            "tvm_version": tvm.__version__,
-            "tlm": None,
-            "model": imported.source.to_json() | {"path": Path(imported.source.path).name},
-            "build_options": options.to_json(),
-            "inputs": [s.to_json() for s in imported.inputs],
-            "outputs": [s.to_json() for s in imported.outputs],
-            "targets": [target_entries[t] for t in order],
-            "memory": graph.memory_json(),
-            "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
-            "subgraphs": _subgraphs(graph, x86_source, records_by_target, order),
-        }
-        write_manifest(stage, manifest)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_reproducible_tar(stage, out)
-    say(f"wrote {out} in {time.perf_counter() - started:.1f} s")
-    return manifest

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import LoweringError
-from ..schedule.records import ScheduleRecord
 
 DEFAULT_ARCH = "sm_90"
 # The hardware limits dlight may plan for: what every sm_70+ GPU gives a block without opt-in.
@@ -135,79 +134,6 @@ def cuda_target(archs: Sequence[str] = ()) -> CudaTarget:
     if not wanted:
         raise LoweringError("--cuda-arch: no arch given")
     return CudaTarget(tuple(wanted), nvcc, version)
-
-
-# ------------------------------------------------------------------------------------------------
-# Scheduling: dlight's default GPU rules
-# ------------------------------------------------------------------------------------------------
-
-def _dlight_rules():
-    from tvm.s_tir import dlight as dl
-
-    # The order of relax.backend.cuda's default pipeline.
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
-
-
-def schedule_tasks(graph, target: CudaTarget, progress: Callable[[str], None] | None = None,
-                   scheduler: str = "dlight") -> tuple[dict[str, Any], list[ScheduleRecord]]:
-    """Schedules every task; the record notes who chose. ``scheduler="heuristic"``: the cuda
-    heuristics rules first (schedule/heuristics), dlight for tasks no rule fits; ``"dlight"``:
-    the first dlight rule that applies."""
-    from tvm import s_tir
-
-    from ..schedule.hardware import cuda_hardware
-    from ..schedule.select import schedule_with_rules
-    from ..schedule.space import import_tensor_intrinsics
-
-    import_tensor_intrinsics(())  # dlight's Matmul may import the CUDA intrinsics: not the whole package
-    tvm_target = target.tvm_target()
-    rules = _dlight_rules()
-    funcs: dict[str, Any] = {}
-    records: list[ScheduleRecord] = []
-    started = time.perf_counter()
-    hardware = cuda_hardware(target.ptx_arch) if scheduler == "heuristic" else None
-    timings: list[tuple[float, float]] = []
-    for task in graph.tasks:
-        func = graph.task_funcs[task.id]
-        if hardware is not None:
-            choice = schedule_with_rules(func, tvm_target, "cuda", hardware)
-            if choice is not None:
-                funcs[task.id] = choice.func.with_attr("tirx.is_scheduled", True)
-                records.append(ScheduleRecord(task.id, "cuda", choice.sketch, choice.decisions, "heuristic",
-                                              choice.rule))
-                timings.append((choice.choose_ms, choice.total_ms))
-                continue
-        scheduled, rule_name, failures = None, "", []
-        for rule in rules:
-            try:
-                with tvm_target:
-                    space = rule.apply(func, tvm_target, False)
-            except Exception as e:  # a rule that matched but could not finish: try the next one
-                failures.append(f"{type(rule).__name__}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
-                continue
-            if space is None:
-                continue
-            sch = space[0] if isinstance(space, list) else space
-            if not isinstance(sch, s_tir.Schedule):
-                continue
-            scheduled, rule_name = sch.mod["main"], type(rule).__name__
-            break
-        if scheduled is None:
-            raise LoweringError(f"task {task.id} ({task.name}): no dlight GPU rule applies"
-                                + (f" ({'; '.join(failures)})" if failures else ""))
-        funcs[task.id] = scheduled.with_attr("tirx.is_scheduled", True)
-        records.append(ScheduleRecord(task.id, "cuda", -1, (), "dlight", rule_name))
-    if progress:
-        counts: dict[str, int] = {}
-        for r in records:
-            counts[r.note] = counts.get(r.note, 0) + 1
-        progress(f"{scheduler} scheduled {len(records)} tasks in {time.perf_counter() - started:.1f} s ("
-                 + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
-        if timings:
-            choose, total = [t[0] for t in timings], [t[1] for t in timings]
-            progress(f"heuristic choose ms per task: mean {sum(choose) / len(choose):.2f}, max {max(choose):.2f}; "
-                     f"with design space + replay: mean {sum(total) / len(total):.0f}, max {max(total):.0f}")
-    return funcs, records
 
 
 # ------------------------------------------------------------------------------------------------

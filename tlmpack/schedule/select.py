@@ -1,11 +1,14 @@
-"""Choosing one schedule per task with no search.
+"""Choosing one schedule per task, for every target, with no search.
 
-``heuristic`` (the default): the rules registry (heuristics/), which reads the task's loop nest and
-the hardware description and returns a point of MetaSchedule's design space; on x86 the weights of
-matmul-like tasks are pre-packed for the chosen tiling. Where no rule fits, the safe default: the
-first release's fixed rules (``default_decisions``), which are also the ``baseline`` scheduler.
-Later schedulers (the TLM) slot in here and only change the decisions; emit and the runtime read
-ScheduleRecords and never care who chose.
+``tlm`` (the default): the Tensor Language Model decodes the task's schedule (tlm/decode.py),
+masked to the legal values of its design space; where the model has no weights for the target,
+the task is out of its training distribution, or it is unsure, the rules choose instead and the
+record says why (``chosen_by: heuristic``, ``note: tlm fallback: …``). ``heuristic``: the rules
+registry (heuristics/), which reads the task's loop nest and the hardware description. Where no
+rule fits: on x86 the first release's fixed rules (``default_decisions``, also the ``baseline``
+scheduler), on CUDA TVM dlight (also ``baseline``/``dlight``). On x86 the weights of matmul-like
+tasks are pre-packed for the chosen tiling. emit and the runtime read ScheduleRecords and never
+care who chose.
 """
 
 from __future__ import annotations
@@ -162,19 +165,61 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
     return None
 
 
-SCHEDULERS = ("heuristic", "baseline", "dlight")  # x86: heuristic = the rules registry, else fixed rules
+SCHEDULERS = ("tlm", "heuristic", "baseline", "dlight")
+
+
+@dataclass(frozen=True)
+class SelectOptions:
+    """How schedules are chosen (build options: recorded in the manifest)."""
+
+    scheduler: str = "tlm"
+    tune: int = 0  # > 0: measure this many candidates per task on the build host, keep the fastest
+    tlm_weights: dict[str, str] | None = None  # target -> weights file (default: the package's)
+
+
+def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: str, options: SelectOptions,
+                samples: int = 0) -> tuple[RuleChoice | None, str, Any]:
+    """The TLM's greedy schedule (and ``samples`` top-k ones in ``RuleChoice.extra``):
+    (choice, why it fell back, the loaded model or None)."""
+    from ..tlm.decode import decode_space, out_of_distribution
+    from ..tlm.language import describe_task
+    from ..tlm.model import TLMUnavailable, load
+
+    started = time.perf_counter()
+    try:
+        tlm = load(target_kind, (options.tlm_weights or {}).get(target_kind))
+    except TLMUnavailable as e:
+        return None, str(e), None
+    info = describe_task(func, task_name)
+    why = out_of_distribution(tlm, info)
+    if why is not None:
+        return None, why, tlm
+    space = DesignSpace(func, tvm_target)
+    t0 = time.perf_counter()
+    decoded = decode_space(tlm, space, hardware, info, samples=samples)
+    choose_ms = (time.perf_counter() - t0) * 1e3
+    if not decoded:
+        return None, "no legal point decoded", tlm
+    best = decoded[0]
+    if best.confidence < tlm.summary.min_confidence:
+        return None, f"confidence {best.confidence:.2f} below {tlm.summary.min_confidence:.2f}", tlm
+    choice = RuleChoice(best.sketch, best.func, best.decisions, f"{tlm.id}, confidence {best.confidence:.2f}",
+                        choose_ms, (time.perf_counter() - started) * 1e3)
+    object.__setattr__(choice, "extra", decoded[1:])
+    return choice, "", tlm
 
 
 @dataclass
 class ScheduledTasks:
     """The x86 schedules: kernels by task id, manifest records, the tasks whose constant operand
-    is pre-packed (lower/prepack.py), and how long choosing took per task."""
+    is pre-packed (lower/prepack.py), how long choosing took per task, and the TLM that chose."""
 
     funcs: dict[str, Any]
     records: list[ScheduleRecord]
     splits: dict[str, Any]
     choose_ms: dict[str, float]
     total_ms: dict[str, float]
+    tlm: dict | None = None
 
 
 def _arg_types(graph: Graph, task_id: str) -> tuple[list[tuple[tuple[int, ...], str]], int]:
@@ -182,8 +227,9 @@ def _arg_types(graph: Graph, task_id: str) -> tuple[list[tuple[tuple[int, ...], 
     return [(graph.tensors[a].shape, graph.tensors[a].dtype) for a in call.args], call.num_outputs
 
 
-def _heuristic_x86(graph: Graph, task_id: str, func, tvm_target, hardware, prepack: bool):
-    """Rules first (weights marked layout-free so RewriteLayout packs them); None when no rule fits."""
+def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, options: SelectOptions):
+    """TLM (when asked) then rules, weights marked layout-free so RewriteLayout packs them:
+    (choice, chosen_by, note prefix, split, tlm) — choice None when neither fits."""
     from ..lower.prepack import split_prepack, weight_operand_params
     from .heuristics.classify import classify
 
@@ -191,27 +237,37 @@ def _heuristic_x86(graph: Graph, task_id: str, func, tvm_target, hardware, prepa
     if prepack:
         task_class = classify(func)
         if task_class.kind == "matmul":
-            packed_params = weight_operand_params(graph, task_id, func, tuple(task_class.reuse))[:1]
+            packed_params = weight_operand_params(graph, task.id, func, tuple(task_class.reuse))[:1]
     marked = func.with_attr("layout_free_buffers", packed_params) if packed_params else func
-    choice = schedule_with_rules(marked, tvm_target, "x86", hardware)
+    choice, chosen_by, prefix, tlm = None, "heuristic", "", None
+    if options.scheduler == "tlm":
+        choice, why, tlm = _tlm_choice(marked, tvm_target, "x86", hardware, task.name, options)
+        if choice is not None:
+            chosen_by = "tlm"
+        else:
+            prefix = f"tlm fallback: {why}; "
     if choice is None:
-        return None, None
+        choice = schedule_with_rules(marked, tvm_target, "x86", hardware)
+    if choice is None:
+        return None, chosen_by, prefix, None, tlm
     split = None
     if packed_params:
-        types, num_outputs = _arg_types(graph, task_id)
+        types, num_outputs = _arg_types(graph, task.id)
         split = split_prepack(choice.func, types, num_outputs, packed_params[0])
-    return choice, split
+    return choice, chosen_by, prefix, split, tlm
 
 
-def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "heuristic", vector_lanes: int = 8,
-                   progress: Callable[[str], None] | None = None, hardware: Any = None,
+def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | SelectOptions = "tlm",
+                   vector_lanes: int = 8, progress: Callable[[str], None] | None = None, hardware: Any = None,
                    prepack: bool = True) -> ScheduledTasks:
-    """Schedules every task for x86. ``heuristic``: the first eligible rule of the registry, with
-    pre-packed weights; tasks no rule fits get the fixed rules. ``baseline``: the fixed rules only."""
+    """Schedules every task for x86. ``tlm``: the model, the rules where it falls back;
+    ``heuristic``: the first eligible rule of the registry; both with pre-packed weights, and
+    tasks no rule fits get the fixed rules. ``baseline``: the fixed rules only."""
     from tvm import s_tir
 
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"unknown scheduler {scheduler!r}; expected one of {SCHEDULERS}")
+    options = scheduler if isinstance(scheduler, SelectOptions) else SelectOptions(scheduler)
+    if options.scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {options.scheduler!r}; expected one of {SCHEDULERS}")
     if hardware is None:
         from .hardware import detect_x86
 
@@ -221,13 +277,15 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "heuri
         func = graph.task_funcs[task.id]
         started = time.perf_counter()
         scheduled, record = None, None
-        if scheduler == "heuristic":
-            choice, split = _heuristic_x86(graph, task.id, func, target, hardware, prepack)
+        if options.scheduler in ("tlm", "heuristic"):
+            choice, chosen_by, prefix, split, tlm = _choose_x86(graph, task, func, target, hardware, prepack, options)
+            if tlm is not None and chosen_by == "tlm":
+                out.tlm = tlm.to_json()
             if choice is not None:
                 scheduled = split.kernel if split is not None else choice.func
-                note = choice.rule + (f"; weight param {split.param} pre-packed to {list(split.packed_shape)}"
-                                      if split is not None else "")
-                record = ScheduleRecord(task.id, target_id, choice.sketch, choice.decisions, "heuristic", note)
+                note = prefix + choice.rule + (f"; weight param {split.param} pre-packed to {list(split.packed_shape)}"
+                                               if split is not None else "")
+                record = ScheduleRecord(task.id, target_id, choice.sketch, choice.decisions, chosen_by, note)
                 out.choose_ms[task.id] = choice.choose_ms
                 if split is not None:
                     out.splits[task.id] = split
@@ -238,13 +296,72 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str = "heuri
                 record = ScheduleRecord(task.id, target_id, -1, (), "unscheduled", "no legal point found")
             else:
                 sketch, scheduled, decisions, who = fixed
-                note = "no heuristic rule fits" if scheduler == "heuristic" else ""
+                note = "no heuristic rule fits" if options.scheduler != "baseline" else ""
                 record = ScheduleRecord(task.id, target_id, sketch, decisions, who, note)
         out.funcs[task.id] = scheduled
         out.records.append(record)
         out.total_ms[task.id] = (time.perf_counter() - started) * 1e3
         if progress:
             progress(f"[{i + 1}/{len(graph.tasks)}] {task.name} ({record.chosen_by}"
-                     f"{', ' + record.note.split(';')[0] if record.chosen_by == 'heuristic' else ''}, "
+                     f"{', ' + record.note.split(';')[0] if record.chosen_by in ('heuristic', 'tlm') else ''}, "
                      f"{out.total_ms[task.id]:.0f} ms)")
     return out
+
+
+def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | None = None,
+                        scheduler: str | SelectOptions = "dlight") -> tuple[dict[str, Any], list[ScheduleRecord], dict | None]:
+    """Schedules every task for CUDA (``target``: lower.cuda.CudaTarget); the record notes who
+    chose. ``tlm``: the model, the cuda rules where it falls back, dlight where no rule fits;
+    ``heuristic``: the rules, then dlight; ``dlight``/``baseline``: the first dlight rule that
+    applies. Returns the kernels, the records and the TLM that chose (None if it chose none)."""
+    from ..errors import LoweringError
+    from .dlight import dlight_schedule
+    from .hardware import cuda_hardware
+    from .space import import_tensor_intrinsics
+
+    options = scheduler if isinstance(scheduler, SelectOptions) else SelectOptions(scheduler)
+    import_tensor_intrinsics(())  # dlight's Matmul may import the CUDA intrinsics: not the whole package
+    tvm_target = target.tvm_target()
+    funcs: dict[str, Any] = {}
+    records: list[ScheduleRecord] = []
+    started = time.perf_counter()
+    hardware = cuda_hardware(target.ptx_arch) if options.scheduler in ("tlm", "heuristic") else None
+    timings: list[tuple[float, float]] = []
+    tlm_json = None
+    for task in graph.tasks:
+        func = graph.task_funcs[task.id]
+        prefix = ""
+        if options.scheduler == "tlm":
+            choice, why, tlm = _tlm_choice(func, tvm_target, "cuda", hardware, task.name, options)
+            if choice is not None:
+                tlm_json = tlm.to_json()
+                funcs[task.id] = choice.func.with_attr("tirx.is_scheduled", True)
+                records.append(ScheduleRecord(task.id, "cuda", choice.sketch, choice.decisions, "tlm", choice.rule))
+                timings.append((choice.choose_ms, choice.total_ms))
+                continue
+            prefix = f"tlm fallback: {why}; "
+        if hardware is not None:
+            choice = schedule_with_rules(func, tvm_target, "cuda", hardware)
+            if choice is not None:
+                funcs[task.id] = choice.func.with_attr("tirx.is_scheduled", True)
+                records.append(ScheduleRecord(task.id, "cuda", choice.sketch, choice.decisions, "heuristic",
+                                              prefix + choice.rule))
+                timings.append((choice.choose_ms, choice.total_ms))
+                continue
+        scheduled, rule_name, failures = dlight_schedule(func, tvm_target)
+        if scheduled is None:
+            raise LoweringError(f"task {task.id} ({task.name}): no dlight GPU rule applies"
+                                + (f" ({'; '.join(failures)})" if failures else ""))
+        funcs[task.id] = scheduled.with_attr("tirx.is_scheduled", True)
+        records.append(ScheduleRecord(task.id, "cuda", -1, (), "dlight", prefix + rule_name))
+    if progress:
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.chosen_by] = counts.get(r.chosen_by, 0) + 1
+        progress(f"{options.scheduler} scheduled {len(records)} CUDA tasks in {time.perf_counter() - started:.1f} s ("
+                 + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
+        if timings:
+            choose, total = [t[0] for t in timings], [t[1] for t in timings]
+            progress(f"choosing ms per task: mean {sum(choose) / len(choose):.2f}, max {max(choose):.2f}; "
+                     f"with design space + replay: mean {sum(total) / len(total):.0f}, max {max(total):.0f}")
+    return funcs, records, tlm_json

@@ -178,3 +178,59 @@ def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_n
     result = refresh_heuristics(store, threads, keys, say=lambda line: click.echo(line, err=True),
                                 pause_niced=pause_niced) if keys else {"recorded": 0, "invalid": 0}
     click.echo(json.dumps({"tasks": len(keys), **result}, sort_keys=True))
+
+
+@tlm.command()
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
+              help="Weights file to write (default: the package's tlmpack/tlm/weights/<target>.safetensors).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--pretrain-steps", default=1500, show_default=True, help="Steps on random legal sentences.")
+@click.option("--finetune-steps", default=800, show_default=True, help="Steps on the best measured programs.")
+@click.option("--batch", default=64, show_default=True)
+@click.option("--best-k", default=8, show_default=True, help="Fine-tune on this many fastest programs per task.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, or auto (cuda when torch sees one).")
+@click.option("--init", "init_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Start from these weights and only fine-tune (the improvement rounds).")
+@click.option("--smoke", is_flag=True, help="A tiny run (a few steps on a few tasks): checks the pipeline.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, finetune_steps: int, batch: int,
+          best_k: int, device: str, init_path: str | None, smoke: bool, data_dir: str | None) -> None:
+    """Train the TLM of TARGET from the store: grammar, then taste. Held-out tasks (data/heldout.json) stay out."""
+    from pathlib import Path
+
+    from ..tlm.model import ModelShape, weights_path
+    from .dataset import build_training_set
+    from .sites import load_sites
+    from .train import TrainConfig
+    from .train import train as run
+
+    store = _store(data_dir)
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    sites = load_sites(store, target)
+    if not sites:
+        raise click.ClickException(f"no sites for {target} under {store.root}/sites: run `tlmpack tlm sites` first")
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    tasks = set(sorted(sites)[:12]) if smoke else None
+    say(f"reading the {target} training set ...")
+    data = build_training_set(store, target, sites, seed=seed, best_k=best_k, tasks=tasks,
+                              random_per_sketch=2 if smoke else 8)
+    shape = ModelShape(n_layer=1, n_head=2, n_embd=32) if smoke else ModelShape()
+    cfg = TrainConfig(pretrain_steps=4 if smoke else pretrain_steps, finetune_steps=4 if smoke else finetune_steps,
+                      batch=8 if smoke else batch, seed=seed, device=device)
+    out = Path(out_path) if out_path else weights_path(target)
+    report = run(data, target, out, cfg, shape, say, init=Path(init_path) if init_path else None)
+    click.echo(json.dumps(report, sort_keys=True))
+
+
+@tlm.command()
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def sites(target: str, data_dir: str | None) -> None:
+    """Compute (or complete) the sampling sites of every stored task's sketches: data/sites/TARGET.json.gz."""
+    from .sites import compute_sites
+
+    click.echo(json.dumps(compute_sites(_store(data_dir), target, say=lambda m: click.echo(m, err=True))))

@@ -129,22 +129,9 @@ def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | No
 
 def dlight_schedule(func, tvm_target):
     """The task under dlight's default GPU rules (the reference schedule), or None."""
-    from tvm import s_tir
+    from ..schedule.dlight import dlight_schedule as schedule
 
-    from ..lower.cuda import _dlight_rules
-
-    for rule in _dlight_rules():
-        try:
-            with tvm_target:
-                space = rule.apply(func, tvm_target, False)
-        except Exception:  # noqa: BLE001  a rule that matched but could not finish
-            continue
-        if space is None:
-            continue
-        sch = space[0] if isinstance(space, list) else space
-        if isinstance(sch, s_tir.Schedule):
-            return sch.mod["main"]
-    return None
+    return schedule(func, tvm_target)[0]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,225 @@
+"""Masked decoding: the TLM writes one task's schedule as a sentence of the tensor language,
+
+    [BOS] <target> <task> sketch S [SEP] <decisions in trace order> [EOS]
+
+choosing at every position only among the values the Space Builder says are legal there (the
+sketches of the task's design space; each site's tile factorisations, categorical indices and
+compute locations, met one by one while the sketch replays). A value of several tokens (a tile's
+factors, a number spelled digit by digit) is chosen token by token, each token masked to those
+that still continue a legal value. So every sentence is a legal schedule by construction.
+
+Greedy decoding takes the most likely legal token, ties to the lower token id, scores rounded to
+1e-4 so that last-bit differences between CPUs do not change the bytes; it runs in fp32 on one CPU
+thread. ``samples`` > 0 adds seeded top-k samples (the candidates of ``--tune`` and of the offline
+improvement rounds), each also legal by construction.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..schedule.records import Decision
+from .language import TOKEN_ID, Sentence, TaskInfo, _number, tokens
+from .model import LoadedTLM
+
+MAX_THREADS, MAX_VTHREAD = 1024, 8  # VerifyGPUCode's limits, visible at MetaSchedule's 5-way CUDA tiles
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decoded schedule: the sketch, the scheduled PrimFunc, the decisions, and how sure the
+    model was (geometric-mean probability of its choices where it had more than one)."""
+
+    sketch: int
+    func: Any
+    decisions: tuple[Decision, ...]
+    confidence: float
+    decode_ms: float  # the model's forward passes (TVM's replay excluded)
+
+
+def value_tokens(kind: str, value) -> list[int]:
+    """The token ids a decision value is written with (after its marker)."""
+    if kind == "tile":
+        return [TOKEN_ID[t] for f in value for t in _number(int(f))]
+    if kind == "compute_location" and value in (-2, -1):
+        return [TOKEN_ID["loc:inline" if value == -2 else "loc:root"]]
+    return [TOKEN_ID[t] for t in _number(int(value))]
+
+
+MARKER = {"tile": TOKEN_ID["tile"], "categorical": TOKEN_ID["cat"], "compute_location": TOKEN_ID["loc"]}
+
+
+class _Session:
+    """The GPT-2 (numpy forward pass) over a growing token prefix. Tokens are fed lazily: a run
+    of forced tokens (a single legal value, the markers) costs one forward step when the next real
+    choice comes, and a task with no choice to make costs none."""
+
+    def __init__(self, tlm: LoadedTLM, prompt: list[int]) -> None:
+        self.net = tlm.net
+        self.cache = self.net.start()
+        self.model_s = 0.0
+        self.pending = list(prompt)
+        self.hidden = None
+
+    def push(self, token: int) -> None:
+        self.pending.append(token)
+
+    def scores(self, tokens: list[int]) -> list[float]:
+        """Logits of ``tokens`` at the next position (rounded to 1e-4: see the module doc)."""
+        started = time.perf_counter()
+        if self.pending:
+            self.hidden = self.net.step(self.pending, self.cache)
+            self.pending = []
+        out = [round(float(x), 4) for x in self.net.logits(self.hidden, tokens)]
+        self.model_s += time.perf_counter() - started
+        return out
+
+
+class _Chooser:
+    """Chooses legal values token by token: greedy, or a seeded top-k sample."""
+
+    def __init__(self, session: _Session, rng: random.Random | None = None, top_k: int = 4,
+                 temperature: float = 1.0) -> None:
+        self.session, self.rng, self.top_k, self.temperature = session, rng, top_k, temperature
+        self.logp: list[float] = []  # per choice with more than one legal value
+
+    def choose(self, values: list, kind: str) -> Any:
+        """One of ``values`` (each written as ``value_tokens(kind, v)``); pushes its tokens."""
+        seqs = [(value_tokens(kind, v), v) for v in values]
+        total = 0.0
+        depth = 0
+        while True:
+            nexts = sorted({s[depth] for s, _ in seqs if len(s) > depth})
+            if not nexts:
+                break
+            if len(nexts) == 1:
+                token = nexts[0]
+            else:
+                token, logp = self._pick(nexts, self.session.scores(nexts))
+                total += logp
+            self.session.push(token)
+            seqs = [(s, v) for s, v in seqs if len(s) > depth and s[depth] == token]
+            depth += 1
+            if len(seqs) == 1 and len(seqs[0][0]) == depth:
+                break
+        done = [v for s, v in seqs if len(s) == depth]
+        if len(values) > 1:
+            self.logp.append(total)
+        return done[0]
+
+    def _pick(self, legal: list[int], scores: list[float]) -> tuple[int, float]:
+        """The token (most likely, ties to the lower id; or a top-k sample) and its log-probability
+        among the legal ones."""
+        ranked = sorted(range(len(legal)), key=lambda i: (-scores[i], legal[i]))
+        top = scores[ranked[0]]
+        norm = top + math.log(sum(math.exp(x - top) for x in scores))
+        pick = ranked[0]
+        if self.rng is not None:
+            head = ranked[: self.top_k]
+            weights = [math.exp((scores[i] - top) / self.temperature) for i in head]
+            pick = self.rng.choices(head, weights=weights)[0]
+        return legal[pick], scores[pick] - norm
+
+    def confidence(self) -> float:
+        return math.exp(sum(self.logp) / len(self.logp)) if self.logp else 1.0
+
+
+def prompt_ids(sentence_head: Sentence) -> list[int]:
+    """[BOS] <target> <task> sketch — the tokens before the sketch number."""
+    toks = tokens(sentence_head)
+    return [TOKEN_ID[t] for t in toks[: toks.index("sketch") + 1]]
+
+
+def _cuda_filter(kind: str) -> Callable[[Any, list], list]:
+    """Keeps a CUDA point within VerifyGPUCode's thread limits as its 5-way tiles are chosen."""
+    state = {"threads": 1, "vthreads": 1}
+
+    def keep(site, values: list) -> list:
+        if kind != "cuda" or site.kind != "tile" or site.parts != 5:
+            return values
+        ok = [v for v in values if state["threads"] * v[2] <= MAX_THREADS and state["vthreads"] * v[1] <= MAX_VTHREAD]
+        return ok or values
+
+    def chosen(site, value) -> None:
+        if kind == "cuda" and site.kind == "tile" and site.parts == 5:
+            state["threads"] *= value[2]
+            state["vthreads"] *= value[1]
+
+    keep.chosen = chosen  # type: ignore[attr-defined]
+    return keep
+
+
+def decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int = 0, seed: int = 0,
+                 top_k: int = 4, max_sketch_tries: int = 4) -> list[Decoded]:
+    """Greedy decode (first), then ``samples`` seeded top-k samples, of one task's design space
+    (schedule.space.DesignSpace). A sketch whose point the postprocessors refuse is dropped and the
+    next most likely sketch tried. Empty when no legal point came out. BLAS runs on one thread:
+    the same reductions on every machine, and no worker threads to wake for matrices this small
+    (on a busy 2-core host, threaded BLAS made each step 20x slower)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _decode_space(tlm, space, hardware, task, samples, seed, top_k, max_sketch_tries)
+
+
+def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int, seed: int, top_k: int,
+                  max_sketch_tries: int) -> list[Decoded]:
+    from ..schedule.space import legal_values
+
+    head = Sentence(hardware, task, 0, ())
+    prompt = prompt_ids(head)
+    out: list[Decoded] = []
+    seen: set = set()
+    for attempt in range(samples + 1):
+        rng = random.Random(f"{seed}:{attempt}") if attempt else None
+        refused: set[int] = set()
+        for _ in range(max_sketch_tries):
+            session = _Session(tlm, prompt)
+            chooser = _Chooser(session, rng, top_k)
+            sketches = [s for s in range(len(space.sketches)) if s not in refused]
+            if not sketches:
+                break
+            sketch = chooser.choose(sketches, "sketch")
+            session.push(TOKEN_ID["[SEP]"])
+            cuda = _cuda_filter("cuda" if getattr(hardware, "sm_count", 0) else "x86")
+
+            def decide(site, _sampled, chooser=chooser, session=session, cuda=cuda):
+                session.push(MARKER[site.kind])
+                value = chooser.choose(cuda(site, legal_values(site)), site.kind)
+                cuda.chosen(site, value)
+                return value
+
+            try:
+                result = space.replay(sketch, decide, locations=True)
+            except OverflowError:
+                result = None
+            if result is None:
+                refused.add(sketch)
+                continue
+            func, decisions = result
+            key = (sketch, decisions)
+            if key not in seen:
+                seen.add(key)
+                out.append(Decoded(sketch, func, decisions, chooser.confidence(), session.model_s * 1e3))
+            break
+    return out
+
+
+def out_of_distribution(tlm: LoadedTLM, task: TaskInfo) -> str | None:
+    """Why the model should not be trusted with ``task`` (None when it is within training)."""
+    s = tlm.summary
+    if task.kind not in s.kinds:
+        return f"kind {task.kind} never seen in training"
+    unseen = [w for w in task.ops if w not in s.ops]
+    if unseen:
+        return f"op {unseen[0]} never seen in training"
+    low, high = s.extent_range.get(task.kind, [1, 1])
+    size = math.prod(task.spatial or (1,)) * math.prod(task.reduction or (1,))
+    if size < low / 16 or size > high * 16:
+        return f"loop nest of {size} points far outside training ({low}..{high})"
+    return None

@@ -1,0 +1,240 @@
+"""Training sentences for the TLM, from the record store: the grammar (random legal sentences,
+measured or sampled from the cached sites) and the taste (the best measured programs of each
+task, latency-weighted), each with the legal tokens at every decision position (the mask the
+decoder applies), so training scores the model exactly as decoding uses it.
+
+Held-out tasks (data/heldout.json) are in no training sentence of their target.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import json
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..schedule.hardware import CudaHardware, X86Hardware
+from ..schedule.records import Decision
+from ..schedule.space import SamplingSite, legal_values
+from ..tlm.decode import MARKER, value_tokens
+from ..tlm.language import TOKEN_ID, Sentence, TaskInfo, encode
+from .store import Store
+
+HELDOUT_FILE = "heldout.json"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One sentence: token ids, and for each scored position p (predicting ids[p]) its legal ids."""
+
+    ids: tuple[int, ...]
+    scored: tuple[tuple[int, tuple[int, ...]], ...]
+    weight: float = 1.0
+
+
+def latency(record: dict) -> float:
+    """The latency a record stands for: x86 ``min_us`` (data/README.md, "Which latency"), else the median."""
+    return float(record["min_us"] if record["target"] == "x86" and record.get("min_us") else record["median_us"])
+
+
+def hardware_of(record: dict) -> X86Hardware | CudaHardware:
+    h = record["hardware"]
+    if record["target"] == "x86":
+        return X86Hardware(h["cores"], h["vector_bits"], h["vector_registers"], h["l1d_bytes"], h["l2_bytes"],
+                           h["l3_bytes"])
+    return CudaHardware(h["arch"], h["sm_count"], h["max_shared_memory_per_block"], h["shared_memory_per_sm"],
+                        h["registers_per_block"], h["registers_per_sm"], h["max_threads_per_block"],
+                        h.get("warp_size", 32))
+
+
+def task_info(task: dict) -> TaskInfo:
+    return TaskInfo(task["kind"], tuple(task["ops"]), tuple(task["spatial"]), tuple(task["reduction"]),
+                    tuple(task["dtypes"]))
+
+
+@functools.lru_cache(maxsize=65536)
+def _legal_prefix_tokens(kind: str, values: tuple, chosen) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """For the tokens of ``chosen`` among ``values``: at each depth, the legal next tokens."""
+    seqs = [tuple(value_tokens(kind, v)) for v in values]
+    target = tuple(value_tokens(kind, chosen))
+    out = []
+    for depth, token in enumerate(target):
+        nexts = tuple(sorted({s[depth] for s in seqs if len(s) > depth and s[:depth] == target[:depth]}))
+        if token not in nexts:
+            raise ValueError("value is not legal for its site")
+        out.append((token, nexts))
+    return tuple(out)
+
+
+def make_example(hardware, task: TaskInfo, sketch: int, decisions: tuple[Decision, ...],
+                 sites: list[list[SamplingSite]], weight: float = 1.0) -> Example | None:
+    """The sentence of one program with its masks; None when its decisions do not fit the sites
+    (a record of another space) or the sentence does not encode."""
+    if not 0 <= sketch < len(sites) or len(sites[sketch]) != len(decisions):
+        return None
+    try:
+        ids = encode(Sentence(hardware, task, sketch, decisions))
+    except (ValueError, KeyError):
+        return None
+    head = ids.index(TOKEN_ID["[SEP]"])
+    # the sketch number: the tokens between "sketch" and [SEP]
+    sketch_at = head - len(value_tokens("sketch", sketch))
+    scored: list[tuple[int, tuple[int, ...]]] = []
+    try:
+        for offset, (_, legal) in enumerate(_legal_prefix_tokens("sketch", tuple(range(len(sites))), sketch)):
+            scored.append((sketch_at + offset, legal))
+        pos = head + 1
+        for site, d in zip(sites[sketch], decisions, strict=True):
+            if site.kind != d.kind or ids[pos] != MARKER[d.kind]:
+                return None
+            pos += 1
+            values = legal_values(site) if site.kind != "compute_location" or site.candidates else [d.value]
+            if d.value not in values and d.kind == "compute_location":
+                values = [*values, d.value]  # the record's own replay had this location
+            for token, legal in _legal_prefix_tokens(d.kind, tuple(values), d.value):
+                if ids[pos] != token:
+                    return None
+                scored.append((pos, legal))
+                pos += 1
+    except ValueError:
+        return None
+    return Example(tuple(ids), tuple(scored), weight)
+
+
+def heldout_keys(store: Store, target: str) -> set[str]:
+    path = store.root / HELDOUT_FILE
+    if not path.is_file():
+        return set()
+    return set(json.loads(path.read_text()).get(target, []))
+
+
+def choose_heldout(store: Store, target: str, fraction: float = 0.1, min_programs: int = 8) -> list[str]:
+    """A seeded, kind-stratified choice of held-out tasks among those with ``min_programs`` valid
+    records (where a choice can matter)."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in store.records(target):
+        if r.get("valid"):
+            counts[r["task"]] += 1
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for key in sorted(k for k, n in counts.items() if n >= min_programs):
+        by_kind[store.task(key)["kind"]].append(key)
+    out = []
+    for kind in sorted(by_kind):
+        keys = sorted(by_kind[kind], key=lambda k: hashlib.sha256(f"heldout:{target}:{k}".encode()).hexdigest())
+        out += keys[: max(1, round(len(keys) * fraction))]
+    return sorted(out)
+
+
+@dataclass
+class TrainingSet:
+    """Both phases' examples and what the model's summary records of them."""
+
+    grammar: list[Example]
+    taste: list[Example]
+    tasks: set[str]
+    infos: dict[str, TaskInfo]
+    sha256: str
+
+
+def _groups(store: Store, target: str, skip: set[str]) -> dict[tuple, list[dict]]:
+    """Valid records by (task, hardware, timer): latencies compare only within one group."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in store.records(target):
+        if r.get("valid") and r["task"] not in skip and latency(r) > 0:
+            hw = json.dumps({k: v for k, v in r["hardware"].items() if k not in ("features", "llvm_cpu")},
+                            sort_keys=True)
+            groups[(r["task"], hw, r.get("timer", ""), r.get("timing", ""))].append(r)
+    return groups
+
+
+def build_training_set(store: Store, target: str, sites: dict[str, list[list[SamplingSite]]], seed: int = 0,
+                       random_per_sketch: int = 8, best_k: int = 8, beta: float = 6.0,
+                       tasks: set[str] | None = None, heldout: bool = False) -> TrainingSet:
+    """grammar: every valid measured program plus ``random_per_sketch`` random legal sentences per
+    sketch and hardware; taste: per group the ``best_k`` fastest programs, weighted
+    exp(-beta * ln(latency / best)) and normalised so each group weighs the same. ``tasks``:
+    only these (default: every task but the held-out ones); ``heldout``: only the held-out ones
+    (an evaluation set, never trained on)."""
+    skip = heldout_keys(store, target)
+    if heldout:
+        tasks, skip = skip, set()
+    groups = _groups(store, target, skip)
+    infos: dict[str, TaskInfo] = {}
+    grammar: list[Example] = []
+    taste: list[Example] = []
+    hardwares: dict[str, X86Hardware | CudaHardware] = {}
+    used: set[str] = set()
+    for (key, hw_json, _, _), records in sorted(groups.items()):
+        if tasks is not None and key not in tasks:
+            continue
+        if key not in sites:
+            continue
+        info = infos.get(key) or infos.setdefault(key, task_info(store.task(key)))
+        hardware = hardware_of(records[0])
+        hardwares[hw_json] = hardware
+        records = sorted(records, key=latency)
+        best = latency(records[0])
+        weights = [math.exp(-beta * math.log(latency(r) / best)) for r in records[:best_k]]
+        norm = sum(weights)
+        for r in records:
+            ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),
+                              sites[key])
+            if ex is not None:
+                grammar.append(ex)
+                used.add(key)
+        if len(records) >= 2:
+            for r, w in zip(records[:best_k], weights, strict=False):
+                ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),
+                                  sites[key], weight=w / norm * min(len(records), best_k))
+                if ex is not None:
+                    taste.append(ex)
+    rng = random.Random(f"grammar:{target}:{seed}")
+    for key in sorted(used):
+        for hardware in hardwares.values():
+            for sketch, sketch_sites in enumerate(sites[key]):
+                for _ in range(random_per_sketch):
+                    decisions = tuple(_random_decision(s, rng) for s in sketch_sites)
+                    if any(d is None for d in decisions):
+                        break
+                    ex = make_example(hardware, infos[key], sketch, decisions, sites[key])
+                    if ex is not None:
+                        grammar.append(ex)
+    digest = hashlib.sha256()
+    for ex in grammar + taste:
+        digest.update(json.dumps([ex.ids, round(ex.weight, 6)]).encode())
+    return TrainingSet(grammar, taste, used, infos, digest.hexdigest())
+
+
+def _random_decision(site: SamplingSite, rng: random.Random) -> Decision | None:
+    if site.kind == "compute_location" and not site.candidates:
+        return None
+    value = rng.choice(legal_values(site))
+    return Decision(site.kind, tuple(value) if site.kind == "tile" else int(value))
+
+
+def write_heldout(store: Store, keys: dict[str, list[str]]) -> Path:
+    path = Path(store.root) / HELDOUT_FILE
+    path.write_text(json.dumps({t: sorted(v) for t, v in sorted(keys.items())}, indent=1) + "\n")
+    return path
+
+
+def save_training_set(data: TrainingSet, path: Path) -> None:
+    """One file a training run can read where the store's records are not (e.g. the GPU machine)."""
+    import pickle
+
+    with gzip.open(path, "wb", compresslevel=6) as f:
+        pickle.dump({"grammar": data.grammar, "taste": data.taste, "tasks": sorted(data.tasks),
+                     "infos": data.infos, "sha256": data.sha256}, f, protocol=4)
+
+
+def load_training_set(path: Path) -> TrainingSet:
+    import pickle
+
+    with gzip.open(path, "rb") as f:
+        d = pickle.load(f)  # noqa: S301  (our own file, written by save_training_set)
+    return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"])

@@ -1,0 +1,210 @@
+"""`tlmpack tlm train`: pretrain the GPT-2 on legal sentences (the grammar), then fine-tune it on
+the best measured programs of each training task (the taste), scoring every decision position
+over its legal tokens only (the decoder's mask), and write the weights with their summary.
+
+Same code on the CPU and on a GPU (``device``); seeded, so a run is reproducible from the
+committed data and its seed (bit-exact on the CPU; on a GPU up to its kernels' reductions).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..tlm.language import TOKEN_ID
+from ..tlm.model import ModelShape, TrainingSummary, new_model, save
+from .dataset import Example, TrainingSet
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    pretrain_steps: int = 1500
+    finetune_steps: int = 800
+    batch: int = 64
+    lr: float = 2e-3
+    finetune_lr: float = 5e-4
+    weight_decay: float = 0.01
+    seed: int = 0
+    device: str = "cpu"
+    min_confidence: float = 0.0  # 0: derive from the training tasks' own decodes (see confidence_floor)
+
+
+def _batch(examples: list[Example], device: str, vocab: int):
+    """Padded ids, and for every scored position: (row, position, target id) and its legal mask."""
+    import torch
+
+    width = max(len(e.ids) for e in examples)
+    ids = torch.full((len(examples), width), TOKEN_ID["[PAD]"], dtype=torch.long)
+    rows, cols, targets, weights = [], [], [], []
+    mask = []
+    for i, e in enumerate(examples):
+        ids[i, : len(e.ids)] = torch.tensor(e.ids)
+        for pos, legal in e.scored:
+            rows.append(i)
+            cols.append(pos - 1)  # the logits at pos-1 predict the token at pos
+            targets.append(e.ids[pos])
+            weights.append(e.weight)
+            mask.append(legal)
+    legal = torch.zeros((len(mask), vocab), dtype=torch.bool)
+    for j, allowed in enumerate(mask):
+        legal[j, list(allowed)] = True
+    attention = (ids != TOKEN_ID["[PAD]"]).long()
+    t = torch.tensor
+    return (ids.to(device), attention.to(device), t(rows).to(device), t(cols).to(device), t(targets).to(device),
+            t(weights, dtype=torch.float32).to(device), legal.to(device))
+
+
+def masked_loss(model, batch) -> tuple:
+    """Weighted cross-entropy of each scored token among its legal tokens; also the top-1 hit rate."""
+    import torch
+
+    ids, attention, rows, cols, targets, weights, legal = batch
+    logits = model(input_ids=ids, attention_mask=attention).logits[rows, cols].float()
+    logits = logits.masked_fill(~legal, float("-inf"))
+    nll = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+    loss = (nll * weights).sum() / weights.sum()
+    hits = (logits.argmax(-1) == targets).float().mean()
+    return loss, hits
+
+
+def _phase(model, examples: list[Example], steps: int, lr: float, cfg: TrainConfig, rng: random.Random,
+           name: str, say: Callable[[str], None]) -> dict:
+    import torch
+
+    if not examples or steps <= 0:
+        return {"steps": 0}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    vocab = model.config.vocab_size
+    order: list[int] = []
+    started = time.perf_counter()
+    loss_avg = hits_avg = 0.0
+    model.train()
+    for step in range(steps):
+        if len(order) < cfg.batch:
+            more = list(range(len(examples)))
+            rng.shuffle(more)
+            order += more
+        picked, order = order[: cfg.batch], order[cfg.batch:]
+        loss, hits = masked_loss(model, _batch([examples[i] for i in picked], cfg.device, vocab))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_value, hits_value = float(loss.detach()), float(hits)
+        loss_avg = 0.98 * loss_avg + 0.02 * loss_value if step else loss_value
+        hits_avg = 0.98 * hits_avg + 0.02 * hits_value if step else hits_value
+        if (step + 1) % max(1, steps // 10) == 0 or step + 1 == steps:
+            say(f"{name} {step + 1}/{steps}: loss {loss_avg:.3f}, top-1 {hits_avg:.3f} "
+                f"({time.perf_counter() - started:.0f} s)")
+    model.eval()
+    return {"steps": steps, "loss": round(loss_avg, 4), "top1": round(hits_avg, 4),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def evaluate(model, examples: list[Example], device: str, batch: int = 128) -> dict:
+    """Masked loss and top-1 over ``examples`` (unweighted), no gradients."""
+    import torch
+
+    if not examples:
+        return {}
+    losses, hits, n = 0.0, 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(examples), batch):
+            chunk = [Example(e.ids, e.scored, 1.0) for e in examples[i: i + batch]]
+            loss, hit = masked_loss(model, _batch(chunk, device, model.config.vocab_size))
+            losses += float(loss) * len(chunk)
+            hits += float(hit) * len(chunk)
+            n += len(chunk)
+    return {"loss": round(losses / n, 4), "top1": round(hits / n, 4)}
+
+
+DEFAULT_CONFIG, DEFAULT_SHAPE = TrainConfig(), ModelShape()
+
+
+def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_CONFIG,
+          shape: ModelShape = DEFAULT_SHAPE, say: Callable[[str], None] = print, init: Path | None = None,
+          heldout: TrainingSet | None = None) -> dict:
+    """Both phases (only the taste when ``init`` gives pretrained weights), then saves ``out``."""
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    if cfg.device == "cpu":
+        torch.use_deterministic_algorithms(True)
+    rng = random.Random(cfg.seed)
+    if init is not None:
+        from ..tlm.model import load_file
+
+        loaded = load_file(init, target)
+        model, shape = loaded.torch_model(), loaded.shape
+    else:
+        model = new_model(shape, cfg.seed)
+    model.to(cfg.device)
+    say(f"{target}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters; "
+        f"{len(data.grammar)} grammar and {len(data.taste)} taste sentences over {len(data.tasks)} tasks")
+    report = {"target": target, "seed": cfg.seed, "device": cfg.device}
+    if init is None:
+        report["pretrain"] = _phase(model, data.grammar, cfg.pretrain_steps, cfg.lr, cfg, rng, "pretrain", say)
+    report["finetune"] = _phase(model, data.taste, cfg.finetune_steps, cfg.finetune_lr, cfg, rng, "finetune", say)
+    model.to("cpu")
+    report["taste_eval"] = evaluate(model, data.taste, "cpu")
+    if heldout is not None:
+        report["heldout_taste_eval"] = evaluate(model, heldout.taste, "cpu")
+        report["heldout_grammar_eval"] = evaluate(model, heldout.grammar, "cpu")
+        say(f"held-out tasks: taste {report['heldout_taste_eval']}, grammar {report['heldout_grammar_eval']}")
+    kinds = sorted({data.infos[k].kind for k in data.tasks})
+    ops = sorted({w for k in data.tasks for w in data.infos[k].ops})
+    ranges: dict[str, list[int]] = {}
+    for k in data.tasks:
+        info = data.infos[k]
+        size = math.prod(info.spatial or (1,)) * math.prod(info.reduction or (1,))
+        low, high = ranges.get(info.kind, [size, size])
+        ranges[info.kind] = [min(low, size), max(high, size)]
+    summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
+                              len(data.tasks), len(data.grammar) + len(data.taste), cfg.seed, data.sha256)
+    report["sha256"] = save(model, out, shape, summary)
+    report["weights"] = str(out)
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tlmpack.training.train --data SET --target T --out FILE``: a training run from a
+    saved training set (dataset.save_training_set), for machines without the store or click."""
+    import argparse
+    import json
+
+    from .dataset import load_training_set
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--data", required=True)
+    p.add_argument("--target", required=True, choices=["x86", "cuda"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pretrain-steps", type=int, default=TrainConfig.pretrain_steps)
+    p.add_argument("--finetune-steps", type=int, default=TrainConfig.finetune_steps)
+    p.add_argument("--batch", type=int, default=TrainConfig.batch)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--init", default=None)
+    p.add_argument("--heldout", default=None, help="A saved training set of the held-out tasks, to report on.")
+    p.add_argument("--layers", type=int, default=ModelShape.n_layer)
+    p.add_argument("--embd", type=int, default=ModelShape.n_embd)
+    a = p.parse_args(argv)
+    cfg = TrainConfig(pretrain_steps=a.pretrain_steps, finetune_steps=a.finetune_steps, batch=a.batch, seed=a.seed,
+                      device=a.device)
+    shape = ModelShape(n_layer=a.layers, n_embd=a.embd)
+    report = train(load_training_set(Path(a.data)), a.target, Path(a.out), cfg, shape,
+                   say=lambda m: print(m, flush=True), init=Path(a.init) if a.init else None,
+                   heldout=load_training_set(Path(a.heldout)) if a.heldout else None)
+    print(json.dumps(report, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
