@@ -30,8 +30,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=5)
     args = ap.parse_args()
 
+    from tlmpack.runtime.kernels import KernelLibrary
     from tlmpack.training.host_gate import QUIET_RATIO, HostGate
-    from tlmpack.training.kernel_timer import KernelLibrary
     from tlmpack.training.store import Store, default_root
     from tlmpack.training.x86_build import build_job, load_reference
 

@@ -1,4 +1,4 @@
-"""The kernel timer (tlmpack/training/kernel_timer.py): kernels that TVM exported, called and
+"""The kernel timer (tlmpack/runtime/kernels.py): kernels that TVM exported, called and
 timed through runtime_c's kernel-library API (its thread pool and hooks), and that API's error paths
 in C over tests/c/fake_kernels.c."""
 
@@ -26,7 +26,7 @@ N = 64
 @pytest.fixture(scope="module")
 def runtime_lib(tmp_path_factory) -> Path:
     """The wrapper's libtlmrt.so, built from runtime_c/ into a fresh cache by tlmpack.runtime's helper."""
-    from tlmpack.training import kernel_timer
+    from tlmpack.runtime import kernels as kernel_timer
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TLMPACK_CACHE", str(tmp_path_factory.mktemp("cache")))
@@ -65,7 +65,7 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def test_matmul_and_add_through_the_runtime_pool_match_numpy(kernels_so):
-    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.runtime.kernels import KernelLibrary
 
     a, b = _inputs()
     c, z = np.full((N, N), np.nan, np.float32), np.full((N, N), np.nan, np.float32)
@@ -77,7 +77,7 @@ def test_matmul_and_add_through_the_runtime_pool_match_numpy(kernels_so):
 
 
 def test_misaligned_arrays_run_on_aligned_copies_written_back(kernels_so):
-    from tlmpack.training.kernel_timer import ALIGNMENT, KernelLibrary, empty_aligned
+    from tlmpack.runtime.kernels import ALIGNMENT, KernelLibrary, empty_aligned
 
     a, b = _inputs()
     buf = empty_aligned((N * N + 1,), np.float32)
@@ -93,7 +93,7 @@ def test_misaligned_arrays_run_on_aligned_copies_written_back(kernels_so):
 
 
 def test_time_returns_one_positive_seconds_per_call_value_per_repeat(kernels_so):
-    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.runtime.kernels import KernelLibrary
 
     a, b = _inputs()
     c = np.zeros((N, N), np.float32)
@@ -106,7 +106,7 @@ def test_time_returns_one_positive_seconds_per_call_value_per_repeat(kernels_so)
 
 
 def test_unknown_kernel_name_raises_with_the_name(kernels_so):
-    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.runtime.kernels import KernelLibrary
 
     with KernelLibrary(kernels_so, 2) as lib:
         with pytest.raises(InputError, match=r'no kernel named "softmax_7" \(expected the exported symbol '
@@ -115,7 +115,7 @@ def test_unknown_kernel_name_raises_with_the_name(kernels_so):
 
 
 def test_wrong_arguments_raise_the_kernels_own_message(kernels_so):
-    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.runtime.kernels import KernelLibrary
 
     a, b = _inputs()
     with KernelLibrary(kernels_so, 2) as lib:
@@ -126,7 +126,7 @@ def test_wrong_arguments_raise_the_kernels_own_message(kernels_so):
 
 
 def test_missing_library_raises_a_clear_error(tmp_path, runtime_lib):
-    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.runtime.kernels import KernelLibrary
 
     missing = tmp_path / "nowhere" / "k.so"
     with pytest.raises(TlmpackError, match=re.escape(f"{missing}: cannot open the kernel library: ") + ".*No such file"):
@@ -134,7 +134,7 @@ def test_missing_library_raises_a_clear_error(tmp_path, runtime_lib):
 
 
 def test_closed_library_refuses_calls(kernels_so):
-    from tlmpack.training.kernel_timer import KernelLibrary
+    from tlmpack.runtime.kernels import KernelLibrary
 
     lib = KernelLibrary(kernels_so, 1)
     lib.close()
@@ -144,7 +144,7 @@ def test_closed_library_refuses_calls(kernels_so):
 
 
 def test_importing_the_timer_imports_no_tvm():
-    code = ("import sys, tlmpack.training.kernel_timer; "
+    code = ("import sys, tlmpack.runtime.kernels; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tvm', 'tvm_ffi', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

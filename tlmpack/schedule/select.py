@@ -241,11 +241,16 @@ def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, o
     marked = func.with_attr("layout_free_buffers", packed_params) if packed_params else func
     choice, chosen_by, prefix, tlm = None, "heuristic", "", None
     if options.scheduler == "tlm":
-        choice, why, tlm = _tlm_choice(marked, tvm_target, "x86", hardware, task.name, options)
+        choice, why, tlm = _tlm_choice(marked, tvm_target, "x86", hardware, task.name, options,
+                                       samples=max(0, options.tune - 2))
         if choice is not None:
             chosen_by = "tlm"
         else:
             prefix = f"tlm fallback: {why}; "
+    if options.tune and options.scheduler in ("tlm", "heuristic"):
+        tuned = _tune_x86(graph, task, func, marked, tvm_target, hardware, choice)
+        if tuned is not None:
+            choice, chosen_by = tuned, "search"
     if choice is None:
         choice = schedule_with_rules(marked, tvm_target, "x86", hardware)
     if choice is None:
@@ -255,6 +260,30 @@ def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, o
         types, num_outputs = _arg_types(graph, task.id)
         split = split_prepack(choice.func, types, num_outputs, packed_params[0])
     return choice, chosen_by, prefix, split, tlm
+
+
+def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice: RuleChoice | None
+              ) -> RuleChoice | None:
+    """--tune: the fastest of the TLM's points and the rules' on this host, replayed on the build's
+    (pre-packing) space; None when nothing could be measured."""
+    from .tune import _fixed, tune_task
+
+    started = time.perf_counter()
+    points = []
+    if tlm_choice is not None:
+        points = [tlm_choice, *getattr(tlm_choice, "extra", ())]
+    rules = schedule_with_rules(marked, tvm_target, "x86", hardware)
+    num_outputs = next(c.num_outputs for c in graph.calls if c.task == task.id)
+    tuned = tune_task(func, num_outputs, tvm_target, hardware.cores, points, rules)
+    if tuned is None:
+        return None
+    replayed = DesignSpace(marked, tvm_target).replay(tuned.sketch, _fixed(tuned.decisions), locations=True)
+    if replayed is None:
+        return None
+    measured = ", ".join(f"{n} {t:.1f}" for n, t in sorted(tuned.latencies.items(), key=lambda kv: kv[1] or 1e30)
+                         if t is not None and n in ("tlm_greedy", "heuristic"))
+    note = f"fastest of {len(tuned.latencies)} measured here: {tuned.best_us:.1f} µs ({measured} µs)"
+    return RuleChoice(tuned.sketch, replayed[0], replayed[1], note, 0.0, (time.perf_counter() - started) * 1e3)
 
 
 def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | SelectOptions = "tlm",
@@ -279,7 +308,7 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | Select
         scheduled, record = None, None
         if options.scheduler in ("tlm", "heuristic"):
             choice, chosen_by, prefix, split, tlm = _choose_x86(graph, task, func, target, hardware, prepack, options)
-            if tlm is not None and chosen_by == "tlm":
+            if tlm is not None and chosen_by in ("tlm", "search"):
                 out.tlm = tlm.to_json()
             if choice is not None:
                 scheduled = split.kernel if split is not None else choice.func
@@ -303,7 +332,7 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | Select
         out.total_ms[task.id] = (time.perf_counter() - started) * 1e3
         if progress:
             progress(f"[{i + 1}/{len(graph.tasks)}] {task.name} ({record.chosen_by}"
-                     f"{', ' + record.note.split(';')[0] if record.chosen_by in ('heuristic', 'tlm') else ''}, "
+                     f"{', ' + record.note.split(';')[0] if record.chosen_by in ('heuristic', 'tlm', 'search') else ''}, "
                      f"{out.total_ms[task.id]:.0f} ms)")
     return out
 

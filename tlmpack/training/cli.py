@@ -234,3 +234,90 @@ def sites(target: str, data_dir: str | None) -> None:
     from .sites import compute_sites
 
     click.echo(json.dumps(compute_sites(_store(data_dir), target, say=lambda m: click.echo(m, err=True))))
+
+
+def _keys(store, target: str, tasks: str) -> list[str]:
+    """heldout | train | a comma-separated list of task keys."""
+    from .dataset import heldout_keys
+
+    if tasks == "heldout":
+        return sorted(heldout_keys(store, target))
+    if tasks == "train":
+        from .dataset import choose_heldout
+
+        held = heldout_keys(store, target)
+        return [k for k in choose_heldout(store, target, fraction=1.0) if k not in held]
+    return [k.strip() for k in tasks.split(",") if k.strip()]
+
+
+@tlm.command()
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--tasks", default="heldout", show_default=True,
+              help="heldout, train (tasks with >= 8 programs outside the held-out set), or comma-separated keys.")
+@click.option("--samples", default=16, show_default=True, help="TLM top-k samples per task besides its greedy pick.")
+@click.option("--random", "random_per_task", default=48, show_default=True,
+              help="Fresh random programs per task (the search the best known includes).")
+@click.option("--stored-best", default=4, show_default=True, help="Re-measure this many fastest stored programs.")
+@click.option("--threads", default=1, show_default=True, help="x86: build for and time on this many cores.")
+@click.option("--limit", default=0, help="Only the first N tasks.")
+@click.option("--out", "out_dir", default=None, help="cuda: the batch folder to write (carry it to the GPU).")
+@click.option("--prefix", default="", help="cuda: the batch's file prefix (several batches in one folder).")
+@click.option("--weights", default=None, help="TLM weights (default: the package's).")
+@click.option("--report", "report_path", default=None, help="x86: write the comparison (JSON) here.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--pause-niced", is_flag=True, help="x86: pause this user's lower-priority processes while timing.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def measure(target: str, tasks: str, samples: int, random_per_task: int, stored_best: int, threads: int, limit: int,
+            out_dir: str | None, prefix: str, weights: str | None, report_path: str | None, seed: int, pause_niced: bool,
+            data_dir: str | None) -> None:
+    """Measure, side by side, the TLM's greedy pick and samples, the rules' pick, the stored best and
+    fresh random programs of TASKS; records go to the store (chosen_by: tlm | heuristic | random).
+    x86 runs here; cuda writes a batch for bench/gpu_measure_programs.py (then `tlm import-cuda`)."""
+    from .candidates import measure_x86, propose
+
+    store = _store(data_dir)
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    keys = _keys(store, target, tasks)
+    keys = keys[:limit] if limit else keys
+    found = propose(store, target, keys, samples, threads, seed, weights, stored_best, say=say)
+    if target == "cuda":
+        if not out_dir:
+            raise click.UsageError("--target cuda writes a batch for the GPU machine: give --out DIR")
+        from .cuda_programs import build_batch
+
+        summary = build_batch(store, keys, random_per_task, out_dir, seed=seed, say=say, extra=found, prefix=prefix)
+        click.echo(json.dumps(summary.to_json(), sort_keys=True))
+        return
+    records = measure_x86(store, found, threads, random_per_task, seed, say, pause_niced)
+    _report(store, target, records, report_path)
+
+
+def _report(store, target: str, records: list[dict], report_path: str | None) -> None:
+    from .compare import compare, markdown
+    from .sites import load_sites
+
+    names = {t["key"]: t["name"] for entry in store.corpora() for t in entry["tasks"]}
+    result = compare(records, load_sites(store, target), names)
+    if report_path:
+        from pathlib import Path
+
+        Path(report_path).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    click.echo(markdown(result, f"{target}: TLM vs heuristic vs best known"))
+
+
+@tlm.command("compare-cuda")
+@click.argument("batch_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("results", type=click.Path(exists=True, dir_okay=False))
+@click.option("--report", "report_path", default=None, help="Write the comparison (JSON) here.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def compare_cuda(batch_dir: str, results: str, report_path: str | None, data_dir: str | None) -> None:
+    """The TLM vs heuristic vs best-known table of a GPU run of a `tlm measure --target cuda` batch."""
+    from pathlib import Path
+
+    from .cuda_programs import read_json, records_from_results
+
+    res = read_json(results)
+    records = []
+    for path in sorted(Path(batch_dir).glob("*batch.json.gz")):
+        records += records_from_results(read_json(path), res)
+    _report(_store(data_dir), "cuda", records, report_path)

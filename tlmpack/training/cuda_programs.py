@@ -212,11 +212,13 @@ def select_tasks(store: Store, count: int, seed: int = 0, max_param_mb: float = 
 def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Path, seed: int = 0,
                 programs_per_shard: int = 48, max_tries: int = 0, budget_s: float | None = None,
                 say: Callable[[str], None] = print, arch: str = ARCH, prefix: str = "",
-                heuristic: bool = False, guide_shared: bool = True) -> BatchSummary:
+                heuristic: bool = False, guide_shared: bool = True, extra: dict | None = None) -> BatchSummary:
     """Samples ``per_task`` random legal CUDA programs of every task in ``keys`` (seeded), adds the
     task's dlight reference, generates CUDA and writes the batch folder (see the module doc).
     ``heuristic``: also the point the compile-time heuristics choose for each task (records say
-    ``chosen_by: "heuristic"``), so the GPU run measures where they land among the random ones."""
+    ``chosen_by: "heuristic"``), so the GPU run measures where they land among the random ones.
+    ``extra``: task key -> candidates.Candidate list, programs measured besides the random ones
+    (their records keep the candidate's ``chosen_by`` and ``rule``)."""
     import tvm
 
     from ..schedule.space import DesignSpace
@@ -289,6 +291,18 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
                 pending[f"{tid}_h"] = choice.func
                 summary.programs += 1
         seen: set = set()
+        for j, c in enumerate((extra or {}).get(key, [])):
+            from ..schedule.records import Decision
+            from .sample import replay_point
+
+            point = replay_point(space, c.sketch, tuple(Decision.from_json(d) for d in c.decisions))
+            if point is None:
+                continue
+            pid = f"{tid}_c{j:03d}"
+            meta[pid] = {"task": key, "reference": False, "sketch": c.sketch, "decisions": c.decisions,
+                         "chosen_by": c.chosen_by, "rule": c.rule}
+            pending[pid] = point.func
+            summary.programs += 1
         known = stored.get(key, set())
         tries = dups = 0
         while len(seen) < per_task and tries < max_tries and dups < 3 * per_task and time.perf_counter() < deadline:
@@ -392,7 +406,7 @@ def records_from_results(batch: dict, results: dict) -> list[dict]:
                "sketch": p["sketch"], "decisions": p["decisions"], "valid": bool(outcome["valid"]),
                "error": outcome["error"] or "", "median_us": 0.0, "min_us": 0.0, "spread": 0.0, "repeats": 0,
                "rel_err": 0.0, "time": r.get("time", when) if r else when,
-               "chosen_by": p.get("chosen_by", "random")}
+               "chosen_by": p.get("chosen_by", "random"), **({"rule": p["rule"]} if p.get("rule") else {})}
         if r is not None:
             rec["rel_err"] = float(f"{r.get('rel_err', 0.0):.3g}") if r.get("rel_err") is not None else 0.0
             if rec["valid"]:

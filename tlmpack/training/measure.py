@@ -1,5 +1,5 @@
 """x86 measurement of built programs through runtime_c's kernel path (the library the deployed
-runtime uses: its thread pool, its hooks; see kernel_timer.py): run every program on the task's
+runtime uses: its thread pool, its hooks; see runtime/kernels.py): run every program on the task's
 random inputs, check it against the unscheduled reference, then time it in rounds interleaved with
 the other programs of its build (median and minimum over the rounds, each after a warm-up call). No TVM here: x86_build.py builds the programs in worker processes.
 """
@@ -40,30 +40,6 @@ class Measurement:
         if self.host_slowdown:
             out["host_slowdown"] = round(self.host_slowdown, 3)
         return out
-
-
-def _shape(param) -> tuple[int, ...]:
-    return tuple(int(d) for d in param.shape)
-
-
-def random_arguments(func, num_outputs: int, seed: int) -> list[np.ndarray]:
-    """Inputs: floats uniform in [0.1, 1) (safe for sqrt/log/division), integers 0 or 1 (safe as
-    gather indices). Outputs: NaN (or -1), so a program that skips elements is caught."""
-    rng = np.random.default_rng(seed)
-    params = list(func.params)
-    arrays = []
-    for i, p in enumerate(params):
-        dtype, shape = np.dtype(str(p.dtype)) if str(p.dtype) != "bool" else np.dtype(bool), _shape(p)
-        if i >= len(params) - num_outputs:
-            arrays.append(np.full(shape, np.nan if dtype.kind == "f" else -1, dtype=dtype) if dtype.kind != "b"
-                          else np.zeros(shape, dtype))
-        elif dtype.kind == "f":
-            arrays.append(rng.uniform(0.1, 1.0, shape).astype(dtype))
-        elif dtype.kind == "b":
-            arrays.append(rng.integers(0, 2, shape).astype(bool))
-        else:
-            arrays.append(rng.integers(0, 2, shape).astype(dtype))
-    return arrays
 
 
 def check(outputs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[bool, float, str]:
@@ -276,8 +252,8 @@ def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: li
     from contextlib import ExitStack
     from pathlib import Path
 
+    from ..runtime.kernels import KernelLibrary
     from .host_gate import HostGate
-    from .kernel_timer import KernelLibrary
     from .x86_build import load_reference
 
     out: dict[tuple[str, str], Measurement] = {}

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .measure import random_arguments
+from ..runtime.kernels import random_arguments
 
 
 @dataclass

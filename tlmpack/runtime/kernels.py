@@ -201,3 +201,27 @@ class KernelLibrary:
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is not None:
             self.close()
+
+
+def _shape(param) -> tuple[int, ...]:
+    return tuple(int(d) for d in param.shape)
+
+
+def random_arguments(func, num_outputs: int, seed: int) -> list[np.ndarray]:
+    """Inputs: floats uniform in [0.1, 1) (safe for sqrt/log/division), integers 0 or 1 (safe as
+    gather indices). Outputs: NaN (or -1), so a program that skips elements is caught."""
+    rng = np.random.default_rng(seed)
+    params = list(func.params)
+    arrays = []
+    for i, p in enumerate(params):
+        dtype, shape = np.dtype(str(p.dtype)) if str(p.dtype) != "bool" else np.dtype(bool), _shape(p)
+        if i >= len(params) - num_outputs:
+            arrays.append(np.full(shape, np.nan if dtype.kind == "f" else -1, dtype=dtype) if dtype.kind != "b"
+                          else np.zeros(shape, dtype))
+        elif dtype.kind == "f":
+            arrays.append(rng.uniform(0.1, 1.0, shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            arrays.append(rng.integers(0, 2, shape).astype(dtype))
+    return arrays

@@ -1,0 +1,181 @@
+"""The TLM: its numpy forward pass, masked decoding (legal, deterministic), the fallback to the
+rules, the shipped weights, and a smoke training run from the committed data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from tlm_tasks import example_tasks, x86_space
+
+from tlmpack.schedule.hardware import X86Hardware
+from tlmpack.tlm.language import TOKEN_ID, VOCAB, describe_task
+
+HARDWARE = X86Hardware(2, 256, 16, 32 * 1024, 512 * 1024, 32 * 1024 * 1024)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from tlmpack.tlm.model import load
+
+    return load("x86")
+
+
+def test_numpy_forward_matches_transformers_logits(shipped):
+    import torch
+
+    ids = [TOKEN_ID["[BOS]"], TOKEN_ID["target:x86"], TOKEN_ID["cores"], TOKEN_ID["2"], TOKEN_ID["kind:matmul"],
+           TOKEN_ID["op:dense"], TOKEN_ID["spatial"], TOKEN_ID["32"], TOKEN_ID["48"]]
+    with torch.no_grad():
+        expected = shipped.torch_model()(input_ids=torch.tensor([ids])).logits[0].numpy()
+    cache = shipped.net.start()
+    got = [shipped.net.logits(shipped.net.step(ids[:4], cache))]
+    for t in ids[4:]:  # then token by token through the cache
+        got.append(shipped.net.logits(shipped.net.step([t], cache)))
+    np.testing.assert_allclose(got[0], expected[3], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(np.stack(got[1:]), expected[4:], atol=1e-4, rtol=1e-4)
+
+
+def test_shipped_weights_are_package_data_with_the_vocabulary_hash(shipped):
+    from safetensors import safe_open
+
+    from tlmpack.tlm.language import VOCAB_SHA256
+    from tlmpack.tlm.model import weights_path
+
+    for target in ("x86", "cuda"):
+        path = weights_path(target)
+        assert path.is_file() and path.stat().st_size <= 50 * 2**20
+        with safe_open(str(path), "np") as f:
+            assert f.metadata()["vocab_sha256"] == VOCAB_SHA256
+    assert shipped.summary.tasks > 100 and "matmul" in shipped.summary.kinds
+
+
+def test_weights_of_another_vocabulary_are_refused(tmp_path, shipped):
+    from safetensors.numpy import save_file
+
+    from tlmpack.tlm.model import TLMUnavailable, load_file
+
+    path = tmp_path / "other.safetensors"
+    save_file(shipped.state, str(path), metadata={"format": "tlmpack-tlm", "vocab_sha256": "0" * 64})
+    with pytest.raises(TLMUnavailable, match="another vocabulary"):
+        load_file(path, "x86")
+    with pytest.raises(TLMUnavailable, match="not installed"):
+        load_file(tmp_path / "missing.safetensors", "x86")
+
+
+@pytest.fixture(scope="module")
+def spaces():
+    return {name: (func, x86_space(func)) for name, func in example_tasks().items()}
+
+
+def test_every_decoded_schedule_is_a_legal_point_of_its_space(shipped, spaces):
+    from tlmpack.tlm.decode import decode_space
+    from tlmpack.training.sample import replay_point
+
+    for name, (func, space) in spaces.items():
+        decoded = decode_space(shipped, space, HARDWARE, describe_task(func, name), samples=3)
+        assert decoded, name
+        for d in decoded:
+            again = replay_point(space, d.sketch, d.decisions)  # the Space Builder accepts it as it is
+            assert again is not None and again.decisions == d.decisions, name
+            assert 0.0 < d.confidence <= 1.0
+
+
+def test_greedy_decoding_gives_the_same_schedule_every_time(shipped, spaces):
+    from tlmpack.tlm.decode import decode_space
+
+    func, space = spaces["fused_dense_add_relu"]
+    info = describe_task(func, "fused_dense_add_relu")
+    first, second = (decode_space(shipped, space, HARDWARE, info)[0] for _ in range(2))
+    assert (first.sketch, first.decisions) == (second.sketch, second.decisions)
+    samples = decode_space(shipped, space, HARDWARE, info, samples=4, seed=1)
+    assert len({(d.sketch, d.decisions) for d in samples}) == len(samples) > 1  # distinct candidates
+
+
+def test_tasks_unlike_training_are_out_of_distribution(shipped):
+    from tlmpack.tlm.decode import out_of_distribution
+    from tlmpack.tlm.language import TaskInfo
+
+    ok = TaskInfo("matmul", ("matmul", "add"), (32, 48), (64,), ("float32",))
+    assert out_of_distribution(shipped, ok) is None
+    assert "op topk never seen" in out_of_distribution(shipped, dataclasses.replace(ok, ops=("topk",)))
+    assert "far outside" in out_of_distribution(shipped, dataclasses.replace(ok, spatial=(1 << 20, 1 << 20)))
+
+
+def test_a_build_falls_back_to_the_rules_and_says_why(tmp_path, shipped):
+    """Weights whose training saw no matmul: every matmul task is scheduled by the rules, and the
+    manifest's note names the reason."""
+    import tarfile
+
+    from safetensors.numpy import save_file
+
+    from tlmpack.build import BuildOptions, build
+    from tlmpack.tlm.model import LANGUAGE_VERSION, VOCAB_SHA256
+
+    summary = dataclasses.replace(shipped.summary, kinds=("reduce",))
+    weights = tmp_path / "x86.safetensors"
+    meta = {"format": "tlmpack-tlm", "language_version": str(LANGUAGE_VERSION), "vocab_sha256": VOCAB_SHA256,
+            "shape": json.dumps(dataclasses.asdict(shipped.shape)), "summary": json.dumps(summary.to_json())}
+    save_file(shipped.state, str(weights), metadata=meta)
+    import tlmpack.schedule.select as select
+
+    original = select.SelectOptions.__init__.__defaults__
+    select.SelectOptions.__init__.__defaults__ = ("tlm", 0, {"x86": str(weights)})
+    try:
+        build("tlmpack.zoo:mlp_factory", tmp_path / "mlp.tar", BuildOptions(scheduler="tlm"))
+    finally:
+        select.SelectOptions.__init__.__defaults__ = original
+    with tarfile.open(tmp_path / "mlp.tar") as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+    notes = [s["schedules"][0] for s in manifest["subgraphs"]]
+    assert all(n["chosen_by"] == "heuristic" and n["note"].startswith("tlm fallback: kind matmul never seen")
+               for n in notes)
+
+
+def test_training_examples_score_only_legal_tokens():
+    from tlmpack.training.dataset import build_training_set
+    from tlmpack.training.sites import load_sites
+    from tlmpack.training.store import Store, default_root
+
+    store = Store(default_root())
+    sites = load_sites(store, "x86")
+    data = build_training_set(store, "x86", sites, tasks=set(sorted(sites)[:20]), random_per_sketch=1)
+    assert data.grammar and data.taste
+    for ex in data.grammar[:200] + data.taste[:200]:
+        for pos, legal in ex.scored:
+            assert ex.ids[pos] in legal and all(0 <= t < len(VOCAB) for t in legal)
+    weights_per_task = {}
+    for ex in data.taste:
+        weights_per_task.setdefault(ex.ids[:20], []).append(ex.weight)
+    assert max(max(w) for w in weights_per_task.values()) > min(min(w) for w in weights_per_task.values())
+
+
+def test_heldout_tasks_are_in_no_training_sentence():
+    from tlmpack.training.dataset import build_training_set, heldout_keys
+    from tlmpack.training.sites import load_sites
+    from tlmpack.training.store import Store, default_root
+
+    store = Store(default_root())
+    held = heldout_keys(store, "x86")
+    assert len(held) >= 10
+    sites = load_sites(store, "x86")
+    some = set(sorted(held)[:3]) | set(sorted(set(sites) - held)[:3])
+    data = build_training_set(store, "x86", sites, tasks=some, random_per_sketch=1)
+    assert data.tasks and not (data.tasks & held)
+
+
+def test_smoke_training_run_writes_loadable_weights(tmp_path):
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+    from tlmpack.tlm.model import load_file
+
+    out = tmp_path / "smoke.safetensors"
+    result = CliRunner().invoke(main, ["tlm", "train", "--target", "x86", "--smoke", "--device", "cpu",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    loaded = load_file(out, "x86")
+    assert loaded.sha256 == report["sha256"] and loaded.summary.tasks > 0

@@ -1,0 +1,117 @@
+"""``tlmpack build --tune N``: measure N candidate schedules of each x86 task on the build host
+(the TLM's greedy pick and top-k samples, plus the rules' point) and keep the fastest.
+
+The only measurement a build ever makes, and only when asked. Candidates are timed as the
+dataset times programs: built together into one library by TVM, run through runtime_c's kernel
+API (the deployed thread pool and hooks) on seeded random inputs, the weights as plain inputs,
+in interleaved rounds, the minimum over rounds kept. The winner is then replayed on the
+pre-packing space the build uses (same sketches and sites), so its weights are packed as usual.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .records import Decision
+from .space import DesignSpace
+
+ROUNDS = 3
+ROUND_MS = 2.0
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The fastest candidate: its point, its latency, and every candidate's (µs; None: failed)."""
+
+    sketch: int
+    decisions: tuple[Decision, ...]
+    best_us: float
+    latencies: dict[str, float | None]
+
+
+def _fixed(decisions: tuple[Decision, ...]):
+    def decide(site, _sampled):
+        return decisions[site.index].value
+
+    return decide
+
+
+def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[int, tuple[Decision, ...]]],
+                       threads: int) -> dict[str, float | None]:
+    """name -> min µs over interleaved rounds (None when the point did not replay, build or run)."""
+    import numpy as np
+    import tvm
+
+    from ..runtime.kernels import KernelLibrary, random_arguments
+
+    space = DesignSpace(func, tvm_target)
+    funcs: dict[str, Any] = {}
+    for name, (sketch, decisions) in candidates.items():
+        replayed = space.replay(sketch, _fixed(decisions), locations=True)
+        if replayed is not None:
+            funcs[name] = replayed[0].with_attr("global_symbol", name)
+    out: dict[str, float | None] = {name: None for name in candidates}
+    if not funcs:
+        return out
+    with tempfile.TemporaryDirectory(prefix="tlmpack-tune-") as tmp:
+        path = Path(tmp) / "candidates.so"
+        try:
+            tvm.compile(tvm.IRModule(funcs), target=tvm_target).export_library(str(path))
+        except Exception:  # noqa: BLE001  one bad candidate: build them one by one
+            return out | {n: t for n, t in ((n, _measure_one(f, num_outputs, tvm_target, threads, n))
+                                           for n, f in funcs.items())}
+        args = random_arguments(func, num_outputs, seed=0)
+        with KernelLibrary(str(path), threads) as lib:
+            best: dict[str, float] = {}
+            for _ in range(ROUNDS):
+                for name in funcs:
+                    try:
+                        times = lib.time(name, [a.copy() for a in args], repeats=1, min_repeat_ms=ROUND_MS)
+                    except Exception:  # noqa: BLE001  a candidate that fails to run is out
+                        best[name] = float("nan")
+                        continue
+                    if not np.isnan(best.get(name, 0.0)):
+                        best[name] = min(best.get(name, float("inf")), min(times) * 1e6)
+    return out | {n: (None if np.isnan(t) else t) for n, t in best.items()}
+
+
+def _measure_one(func, num_outputs: int, tvm_target, threads: int, name: str) -> float | None:
+    import tvm
+
+    from ..runtime.kernels import KernelLibrary, random_arguments
+
+    with tempfile.TemporaryDirectory(prefix="tlmpack-tune-") as tmp:
+        path = Path(tmp) / "one.so"
+        try:
+            tvm.compile(tvm.IRModule({name: func}), target=tvm_target).export_library(str(path))
+            with KernelLibrary(str(path), threads) as lib:
+                return min(min(lib.time(name, random_arguments(func, num_outputs, 0), 1, ROUND_MS))
+                           for _ in range(ROUNDS)) * 1e6
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def tune_task(func, num_outputs: int, tvm_target, threads: int, tlm_points: list, rule_point,
+              say: Callable[[str], None] | None = None) -> Tuned | None:
+    """Measures the TLM's points (decode.Decoded, greedy first) and the rules' (RuleChoice or
+    None); the fastest that ran."""
+    candidates: dict[str, tuple[int, tuple[Decision, ...]]] = {}
+    for i, d in enumerate(tlm_points):
+        candidates["tlm_greedy" if i == 0 else f"tlm_{i}"] = (d.sketch, d.decisions)
+    if rule_point is not None:
+        candidates["heuristic"] = (rule_point.sketch, rule_point.decisions)
+    started = time.perf_counter()
+    latencies = measure_candidates(func, num_outputs, tvm_target, candidates, threads)
+    timed = {n: t for n, t in latencies.items() if t is not None}
+    if say:
+        say(f"  tuned {len(candidates)} candidates in {time.perf_counter() - started:.1f} s")
+    if not timed:
+        return None
+    name = min(timed, key=lambda n: (timed[n], n))
+    sketch, decisions = candidates[name]
+    return Tuned(sketch, decisions, timed[name], latencies)

@@ -1,0 +1,87 @@
+"""Per-task comparison of one side-by-side measurement: the TLM's greedy schedule against the
+rules' choice and against the best known (the fastest valid program measured in the same pass:
+TLM samples, re-measured stored best, fresh random search), as geometric means over the tasks
+whose space holds at least 8 distinct legal programs (where the choice matters)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from .dataset import latency
+
+
+def space_size(sites_of_task: list) -> int:
+    """Distinct legal points of a task's space, from its cached sites (capped at 10**6)."""
+    from ..schedule.space import legal_values
+
+    total = 0
+    for sketch in sites_of_task:
+        n = 1
+        for site in sketch:
+            n *= max(1, len(legal_values(site)) if site.kind != "compute_location" or site.candidates else 1)
+            if n > 10**6:
+                break
+        total += n
+    return min(total, 10**6)
+
+
+def compare(records: list[dict], sites: dict[str, list], names: dict[str, str] | None = None) -> dict:
+    """Rows per task and the geometric means (choice-matters tasks and the others apart)."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_task[r["task"]].append(r)
+    rows = []
+    for key, rs in sorted(by_task.items()):
+        valid = [r for r in rs if r.get("valid")]
+        greedy = [r for r in valid if r.get("chosen_by") == "tlm" and r.get("rule") == "greedy"]
+        heuristic = [r for r in valid if r.get("chosen_by") == "heuristic" and r.get("rule") != "re-measured"]
+        if not valid or not greedy:
+            rows.append({"task": key, "name": (names or {}).get(key, ""), "tlm_us": None, "note": "no valid TLM program"})
+            continue
+        best = min(latency(r) for r in valid)
+        row = {"task": key, "name": (names or {}).get(key, ""), "programs": len(valid),
+               "space": space_size(sites.get(key, [])), "tlm_us": latency(greedy[0]), "best_us": best,
+               "heuristic_us": latency(heuristic[0]) if heuristic else None,
+               "best_by": min(valid, key=latency).get("chosen_by")}
+        row["tlm_vs_best"] = best / row["tlm_us"]  # speed of the TLM's pick relative to the best: <= 1
+        if row["heuristic_us"]:
+            row["tlm_speedup_vs_heuristic"] = row["heuristic_us"] / row["tlm_us"]
+        rows.append(row)
+    return {"rows": rows, "matters": _summary([r for r in rows if r.get("tlm_us") and r["space"] >= 8]),
+            "small_spaces": _summary([r for r in rows if r.get("tlm_us") and r["space"] < 8])}
+
+
+def _geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _summary(rows: list[dict]) -> dict:
+    vs_best = [r["tlm_vs_best"] for r in rows]
+    vs_heur = [r["tlm_speedup_vs_heuristic"] for r in rows if r.get("tlm_speedup_vs_heuristic")]
+    heur_vs_best = [r["best_us"] / r["heuristic_us"] for r in rows if r.get("heuristic_us")]
+    out = {"tasks": len(rows), "tlm_speed_vs_best_geomean": _geomean(vs_best),
+           "tlm_speedup_vs_heuristic_geomean": _geomean(vs_heur),
+           "heuristic_speed_vs_best_geomean": _geomean(heur_vs_best)}
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def markdown(result: dict, title: str) -> str:
+    """The comparison as a markdown table (BENCHMARKS.md)."""
+    lines = [f"#### {title}", "", "| task | space | programs | TLM µs | heuristic µs | best µs (by) | TLM/best speed | TLM vs heuristic |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        if r.get("tlm_us") is None:
+            lines.append(f"| {r['name'] or r['task']} | | | {r['note']} | | | | |")
+            continue
+        h = f"{r['heuristic_us']:.1f}" if r.get("heuristic_us") else "–"
+        vs = f"{r['tlm_speedup_vs_heuristic']:.2f}×" if r.get("tlm_speedup_vs_heuristic") else "–"
+        lines.append(f"| {r['name'] or r['task']} | {r['space']} | {r['programs']} | {r['tlm_us']:.1f} | {h} | "
+                     f"{r['best_us']:.1f} ({r['best_by']}) | {r['tlm_vs_best']:.2f} | {vs} |")
+    for part in ("matters", "small_spaces"):
+        s = result[part]
+        lines.append("")
+        lines.append(f"{'space ≥ 8' if part == 'matters' else 'space < 8'}: {s['tasks']} tasks; TLM speed vs best "
+                     f"{s['tlm_speed_vs_best_geomean']}, TLM speed-up vs heuristic {s['tlm_speedup_vs_heuristic_geomean']}, "
+                     f"heuristic speed vs best {s['heuristic_speed_vs_best_geomean']} (geometric means)")
+    return "\n".join(lines) + "\n"
