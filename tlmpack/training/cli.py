@@ -241,7 +241,7 @@ def _keys(store, target: str, tasks: str) -> list[str]:
     from .dataset import heldout_keys
 
     if tasks == "heldout":
-        return sorted(heldout_keys(store, target))
+        return sorted(heldout_keys(store, target, evaluation=True))
     if tasks == "train":
         from .dataset import choose_heldout
 
@@ -290,6 +290,15 @@ def measure(target: str, tasks: str, samples: int, random_per_task: int, stored_
         return
     records = measure_x86(store, found, threads, random_per_task, seed, say, pause_niced)
     _report(store, target, records, report_path)
+    if tasks == "train":
+        _progress(store, target, records)
+
+
+def _progress(store, target: str, records: list[dict]) -> None:
+    from .compare import round_progress
+
+    p = round_progress(store, target, records)
+    click.echo(json.dumps({k: v for k, v in p.items() if k != "rows"}, sort_keys=True))
 
 
 def _report(store, target: str, records: list[dict], report_path: str | None) -> None:
@@ -315,9 +324,118 @@ def compare_cuda(batch_dir: str, results: str, report_path: str | None, data_dir
     from pathlib import Path
 
     from .cuda_programs import read_json, records_from_results
+    from .dataset import heldout_keys
 
     res = read_json(results)
     records = []
     for path in sorted(Path(batch_dir).glob("*batch.json.gz")):
         records += records_from_results(read_json(path), res)
-    _report(_store(data_dir), "cuda", records, report_path)
+    store = _store(data_dir)
+    _report(store, "cuda", [r for r in records if r["task"] in heldout_keys(store, "cuda", evaluation=True)],
+            report_path)
+    train = [r for r in records if r["task"] not in heldout_keys(store, "cuda")]
+    if train:
+        _progress(store, "cuda", train)
+
+
+def _machine(cpu: str, cores: int, l1d_kib: int, l2_kib: int, l3_kib: int):
+    from ..schedule.hardware import X86Hardware
+    from .adapt import Machine
+
+    wide = "avx512" in cpu or cpu in ("skylake-avx512", "cascadelake", "icelake-server", "sapphirerapids",
+                                      "znver4", "znver5")
+    return Machine(cpu, X86Hardware(cores, 512 if wide else 256, 32 if wide else 16, l1d_kib * 1024,
+                                    l2_kib * 1024, l3_kib * 1024))
+
+
+_MACHINE_OPTIONS = [
+    click.option("--cpu", required=True, help="The other machine's LLVM CPU name, e.g. skylake-avx512."),
+    click.option("--cores", default=16, show_default=True, help="Its cores (kernels are built and timed for them)."),
+    click.option("--l1d-kib", default=48, show_default=True),
+    click.option("--l2-kib", default=2048, show_default=True),
+    click.option("--l3-kib", default=32768, show_default=True),
+]
+
+
+def _machine_options(f):
+    for option in reversed(_MACHINE_OPTIONS):
+        f = option(f)
+    return f
+
+
+@tlm.command("adapt-batch")
+@_machine_options
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="The batch folder to write.")
+@click.option("--train-tasks", default=40, show_default=True, help="Training tasks measured there.")
+@click.option("--samples", default=4, show_default=True, help="TLM top-k samples per training task.")
+@click.option("--random", "random_per_task", default=4, show_default=True, help="Random programs per training task.")
+@click.option("--eval", "with_eval", is_flag=True, help="Also the held-out tasks' greedy picks of each --weights model.")
+@click.option("--weights", "weights", multiple=True, metavar="NAME=FILE",
+              help="Models whose greedy picks the eval tasks compare (default: the shipped one, as 'unadapted').")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def adapt_batch(cpu: str, cores: int, l1d_kib: int, l2_kib: int, l3_kib: int, out_dir: str, train_tasks: int,
+                samples: int, random_per_task: int, with_eval: bool, weights: tuple[str, ...], seed: int,
+                data_dir: str | None) -> None:
+    """Cross-build programs for another x86 machine (bench/remote_x86_measure.py measures them there)."""
+    from pathlib import Path
+
+    from .adapt import build_batch, pick_tasks
+    from .dataset import heldout_keys
+
+    store = _store(data_dir)
+    named = dict(w.split("=", 1) for w in weights) if weights else None
+    train = pick_tasks(store, train_tasks, seed) if train_tasks else []
+    held = sorted(heldout_keys(store, "x86", evaluation=True)) if with_eval else []
+    summary = build_batch(store, _machine(cpu, cores, l1d_kib, l2_kib, l3_kib), train, held, Path(out_dir),
+                          samples, random_per_task, seed, named, say=lambda m: click.echo(m, err=True))
+    click.echo(json.dumps(summary, sort_keys=True))
+
+
+@tlm.command("import-x86")
+@click.argument("batch_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("results", type=click.Path(exists=True, dir_okay=False))
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def import_x86(batch_dir: str, results: str, data_dir: str | None) -> None:
+    """Append another machine's measurements of an adapt batch to the store; print the eval table."""
+    from pathlib import Path
+
+    from .adapt import import_results
+    from .compare import geomean_table
+
+    records = import_results(_store(data_dir), Path(batch_dir), json.loads(Path(results).read_text()))
+    click.echo(geomean_table([r for r in records if r.get("role") == "eval"]))
+    click.echo(json.dumps({"records": len(records), "valid": sum(r["valid"] for r in records)}))
+
+
+@tlm.command()
+@_machine_options
+@click.option("--steps", default=400, show_default=True, help="Fine-tuning steps.")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", "out_path", default=None, help="Weights to write (default: tlmpack/tlm/weights/x86-CPU.safetensors).")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def adapt(cpu: str, cores: int, l1d_kib: int, l2_kib: int, l3_kib: int, steps: int, device: str, seed: int,
+          out_path: str | None, data_dir: str | None) -> None:
+    """Fine-tune the shipped x86 TLM on the records measured on another machine (CPU named by --cpu)."""
+    from pathlib import Path
+
+    from ..tlm.model import weights_path
+    from .adapt import adapted_weights_path
+    from .dataset import build_training_set
+    from .sites import load_sites
+    from .train import TrainConfig
+    from .train import train as run
+
+    store = _store(data_dir)
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    data = build_training_set(store, "x86", load_sites(store, "x86"), seed=seed, llvm_cpu=cpu)
+    if not data.taste:
+        raise click.ClickException(f"no records measured on {cpu} in the store: run adapt-batch, measure, import-x86")
+    out = Path(out_path) if out_path else adapted_weights_path(cpu)
+    report = run(data, "x86", out, TrainConfig(finetune_steps=steps, batch=32, seed=seed, device=device),
+                 say=lambda m: click.echo(m, err=True), init=weights_path("x86"))
+    click.echo(json.dumps(report, sort_keys=True))

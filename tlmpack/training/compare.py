@@ -85,3 +85,61 @@ def markdown(result: dict, title: str) -> str:
                      f"{s['tlm_speed_vs_best_geomean']}, TLM speed-up vs heuristic {s['tlm_speedup_vs_heuristic_geomean']}, "
                      f"heuristic speed vs best {s['heuristic_speed_vs_best_geomean']} (geometric means)")
     return "\n".join(lines) + "\n"
+
+
+def geomean_table(records: list[dict]) -> str:
+    """Adapt eval: per task the greedy pick of each model (``tlm_model``), and each model's
+    geometric-mean speed-up over the first one (``unadapted``)."""
+    by_task: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in records:
+        if r.get("valid") and r.get("rule") == "greedy":
+            by_task[r["task"]][r.get("tlm_model", "")] = latency(r)
+    models = sorted({m for v in by_task.values() for m in v}, key=lambda m: (m != "unadapted", m))
+    lines = ["| task | " + " | ".join(f"{m} µs" for m in models) + " |", "|---" * (len(models) + 1) + "|"]
+    for key, lat in sorted(by_task.items()):
+        lines.append(f"| {key} | " + " | ".join(f"{lat[m]:.1f}" if m in lat else "–" for m in models) + " |")
+    if len(models) > 1:
+        base = models[0]
+        for m in models[1:]:
+            ratios = [v[base] / v[m] for v in by_task.values() if base in v and m in v]
+            g = _geomean(ratios)
+            lines.append(f"\n{m} vs {base}: geometric-mean speed-up {g:.3f} over {len(ratios)} tasks" if g else "")
+    return "\n".join(lines) + "\n"
+
+
+def round_progress(store, target: str, records: list[dict]) -> dict:
+    """One improvement round: per task whose TLM candidates were measured, the best-known latency
+    before (stored programs of the same hardware, but this round's) and after, each against the
+    best random program; geometric means. (x86 rounds compare across timing passes: min_us
+    repeats to 2-4 %, data/README.md.)"""
+    import json as _json
+
+    def group(r: dict) -> tuple:
+        hw = {k: v for k, v in r["hardware"].items() if k not in ("features",)}
+        return r["task"], _json.dumps(hw, sort_keys=True), r.get("timer", "")
+
+    this_round = {id(r) for r in records}
+    mine = defaultdict(list)
+    for r in records:
+        if r.get("valid"):
+            mine[group(r)].append(r)
+    before: dict[tuple, list[dict]] = defaultdict(list)
+    for r in store.records(target):
+        if r.get("valid") and group(r) in mine and id(r) not in this_round and r.get("rule") != "re-measured":
+            before[group(r)].append(r)
+    rows = []
+    for g, rs in sorted(mine.items()):
+        old = [r for r in before[g] if not any(r.get("time") == x.get("time") and r["decisions"] == x["decisions"]
+                                               for x in rs)]
+        random_best = min((latency(r) for r in old if r.get("chosen_by") in (None, "random")), default=None)
+        if random_best is None:
+            continue
+        known_before = min(latency(r) for r in old)
+        after = min(known_before, min(latency(r) for r in rs))
+        rows.append({"task": g[0], "best_random_us": random_best, "best_before_us": known_before,
+                     "best_after_us": after, "tlm_best_us": min(latency(r) for r in rs)})
+    return {"tasks": len(rows),
+            "before_vs_random_geomean": _geomean([r["best_random_us"] / r["best_before_us"] for r in rows]),
+            "after_vs_random_geomean": _geomean([r["best_random_us"] / r["best_after_us"] for r in rows]),
+            "tlm_best_vs_random_geomean": _geomean([r["best_random_us"] / r["tlm_best_us"] for r in rows]),
+            "improved_tasks": sum(r["best_after_us"] < r["best_before_us"] for r in rows), "rows": rows}

@@ -106,11 +106,24 @@ def make_example(hardware, task: TaskInfo, sketch: int, decisions: tuple[Decisio
     return Example(tuple(ids), tuple(scored), weight)
 
 
-def heldout_keys(store: Store, target: str) -> set[str]:
+def heldout_keys(store: Store, target: str, evaluation: bool = False) -> set[str]:
+    """Tasks no training may read: the sampled held-out tasks of ``target`` (what evaluations
+    measure; only these with ``evaluation``) and the tasks found only in the corpus's held-out
+    models (corpus.HELD_OUT)."""
     path = store.root / HELDOUT_FILE
     if not path.is_file():
         return set()
-    return set(json.loads(path.read_text()).get(target, []))
+    held = json.loads(path.read_text())
+    return set(held.get(target, [])) | (set() if evaluation else set(held.get("held_out_model_tasks", [])))
+
+
+def held_out_model_tasks(store: Store) -> list[str]:
+    """Tasks that occur only in the corpus's held-out models."""
+    from .corpus import HELD_OUT
+
+    by_model = {e["model"]: {t["key"] for t in e["tasks"]} for e in store.corpora()}
+    held = set().union(*(v for m, v in by_model.items() if m in HELD_OUT))
+    return sorted(held - set().union(*(v for m, v in by_model.items() if m not in HELD_OUT)))
 
 
 def choose_heldout(store: Store, target: str, fraction: float = 0.1, min_programs: int = 8) -> list[str]:
@@ -141,11 +154,13 @@ class TrainingSet:
     sha256: str
 
 
-def _groups(store: Store, target: str, skip: set[str]) -> dict[tuple, list[dict]]:
+def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = None) -> dict[tuple, list[dict]]:
     """Valid records by (task, hardware, timer): latencies compare only within one group."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in store.records(target):
-        if r.get("valid") and r["task"] not in skip and latency(r) > 0:
+        if llvm_cpu is not None and r["hardware"].get("llvm_cpu") != llvm_cpu:
+            continue
+        if r.get("valid") and r["task"] not in skip and latency(r) > 0 and r.get("role") != "eval":
             hw = json.dumps({k: v for k, v in r["hardware"].items() if k not in ("features", "llvm_cpu")},
                             sort_keys=True)
             groups[(r["task"], hw, r.get("timer", ""), r.get("timing", ""))].append(r)
@@ -154,16 +169,18 @@ def _groups(store: Store, target: str, skip: set[str]) -> dict[tuple, list[dict]
 
 def build_training_set(store: Store, target: str, sites: dict[str, list[list[SamplingSite]]], seed: int = 0,
                        random_per_sketch: int = 8, best_k: int = 8, beta: float = 6.0,
-                       tasks: set[str] | None = None, heldout: bool = False) -> TrainingSet:
+                       tasks: set[str] | None = None, heldout: bool = False, llvm_cpu: str | None = None
+                       ) -> TrainingSet:
     """grammar: every valid measured program plus ``random_per_sketch`` random legal sentences per
     sketch and hardware; taste: per group the ``best_k`` fastest programs, weighted
     exp(-beta * ln(latency / best)) and normalised so each group weighs the same. ``tasks``:
     only these (default: every task but the held-out ones); ``heldout``: only the held-out ones
-    (an evaluation set, never trained on)."""
+    (an evaluation set, never trained on); ``llvm_cpu``: only records measured on that CPU (adapting
+    to another machine)."""
     skip = heldout_keys(store, target)
     if heldout:
-        tasks, skip = skip, set()
-    groups = _groups(store, target, skip)
+        tasks, skip = heldout_keys(store, target, evaluation=True), set()
+    groups = _groups(store, target, skip, llvm_cpu)
     infos: dict[str, TaskInfo] = {}
     grammar: list[Example] = []
     taste: list[Example] = []
@@ -219,6 +236,7 @@ def _random_decision(site: SamplingSite, rng: random.Random) -> Decision | None:
 
 def write_heldout(store: Store, keys: dict[str, list[str]]) -> Path:
     path = Path(store.root) / HELDOUT_FILE
+    keys = {**keys, "held_out_model_tasks": held_out_model_tasks(store)}
     path.write_text(json.dumps({t: sorted(v) for t, v in sorted(keys.items())}, indent=1) + "\n")
     return path
 

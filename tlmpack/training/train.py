@@ -140,11 +140,12 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
     if cfg.device == "cpu":
         torch.use_deterministic_algorithms(True)
     rng = random.Random(cfg.seed)
+    base = None
     if init is not None:
         from ..tlm.model import load_file
 
-        loaded = load_file(init, target)
-        model, shape = loaded.torch_model(), loaded.shape
+        base = load_file(init, target)
+        model, shape = base.torch_model(), base.shape
     else:
         model = new_model(shape, cfg.seed)
     model.to(cfg.device)
@@ -160,16 +161,18 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
         report["heldout_taste_eval"] = evaluate(model, heldout.taste, "cpu")
         report["heldout_grammar_eval"] = evaluate(model, heldout.grammar, "cpu")
         say(f"held-out tasks: taste {report['heldout_taste_eval']}, grammar {report['heldout_grammar_eval']}")
-    kinds = sorted({data.infos[k].kind for k in data.tasks})
-    ops = sorted({w for k in data.tasks for w in data.infos[k].ops})
-    ranges: dict[str, list[int]] = {}
+    # what the model has seen: this run's tasks, and those of the weights it started from
+    kinds = sorted({data.infos[k].kind for k in data.tasks} | set(base.summary.kinds if base else ()))
+    ops = sorted({w for k in data.tasks for w in data.infos[k].ops} | set(base.summary.ops if base else ()))
+    ranges: dict[str, list[int]] = {k: list(v) for k, v in (base.summary.extent_range if base else {}).items()}
     for k in data.tasks:
         info = data.infos[k]
         size = math.prod(info.spatial or (1,)) * math.prod(info.reduction or (1,))
         low, high = ranges.get(info.kind, [size, size])
         ranges[info.kind] = [min(low, size), max(high, size)]
     summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
-                              len(data.tasks), len(data.grammar) + len(data.taste), cfg.seed, data.sha256)
+                              len(data.tasks) + (base.summary.tasks if base else 0),
+                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256)
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
     return report

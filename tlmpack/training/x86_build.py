@@ -97,13 +97,15 @@ def _point_key(sketch: int, decisions: list) -> tuple:
 
 def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, count: int = 0,
               known: frozenset = frozenset(), points: list[tuple[int, list]] | None = None,
-              reference_cache: str | None = None, heuristic: bool = False) -> JobResult:
+              reference_cache: str | None = None, heuristic: bool = False, cpu: str | None = None) -> JobResult:
     """Samples ``count`` new random legal programs of task ``key`` (none of ``known``), or replays
     the given ``points`` (sketch, decisions JSON) for re-measurement; builds them for this x86 with
     ``threads`` cores into ``folder``/kernels.so and writes ``folder``/reference.npz.
     ``reference_cache``: where this task's reference for ``seed`` is kept between jobs (the
     unscheduled task runs naive loops on one core: up to a minute for an LM head). ``heuristic``:
-    also the point tlmpack's compile-time heuristics choose (kernel ``h``), timed with the others."""
+    also the point tlmpack's compile-time heuristics choose (kernel ``h``), timed with the others.
+    ``cpu``: cross-build the programs for this LLVM CPU (measured on another machine); the
+    reference still runs here, built for this host."""
     from ..lower.x86 import x86_target
     from ..schedule.records import Decision
     from ..schedule.space import DesignSpace
@@ -116,7 +118,8 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
     result = JobResult(key, str(out))
     task = Store(data_root).task(key)
     func = load_func(task)
-    target = x86_target(num_cores=threads).tvm_target()
+    target = x86_target(cpu, num_cores=threads).tvm_target()
+    host_target = target if cpu is None else x86_target(num_cores=threads).tvm_target()
     space = DesignSpace(func, target, seed=seed)
     chosen: dict[str, tuple[int, list, Any]] = {}
     if points is not None:
@@ -156,7 +159,7 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
             # memory leave with it instead of staying in a long-lived worker
             from .build_guard import OverBudget, run_guarded
 
-            written = run_guarded(write_reference, (func, task["num_outputs"], target, reference_seed(key, seed),
+            written = run_guarded(write_reference, (func, task["num_outputs"], host_target, reference_seed(key, seed),
                                                     Path(reference_cache or out / "reference.npz")),
                                   REFERENCE_BUDGET.single_cpu_s, REFERENCE_BUDGET.max_rss_bytes)
             if isinstance(written, OverBudget):
