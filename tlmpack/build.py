@@ -81,6 +81,14 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
     return entry, records, tlm
 
 
+def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
+    """A cross build for a CPU the x86 TLM was adapted to (tlmpack tlm adapt) uses those weights."""
+    from .tlm.model import WEIGHTS_DIR
+
+    adapted = WEIGHTS_DIR / f"x86-{options.cpu}.safetensors"
+    return {"x86": str(adapted)} if options.cpu and adapted.is_file() else None
+
+
 def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None] = lambda s: None) -> dict:
     """Builds ``model`` into the artifact ``out``; returns the manifest."""
     from .lower.cuda import cuda_target
@@ -146,7 +154,8 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             hardware = detect_x86(target.features, target.num_cores)
             say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
             scheduled = schedule_tasks(x86_source, target.tvm_target(), "x86",
-                                       SelectOptions(options.scheduler, options.tune), hardware.lanes(32), say,
+                                       SelectOptions(options.scheduler, options.tune, _tlm_weights(options)),
+                                       hardware.lanes(32), say,
                                        hardware)
             if scheduled.tlm is not None:
                 tlm_models["x86"] = scheduled.tlm
