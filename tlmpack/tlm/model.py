@@ -157,3 +157,23 @@ def load(target: str, path: str | None = None) -> LoadedTLM:
     if target not in TARGETS:
         raise TLMUnavailable(f"no TLM for target {target}")
     return load_file(Path(path) if path else weights_path(target), target)
+
+
+def set_min_confidence(path: Path, value: float) -> str:
+    """Rewrites a weights file's confidence floor (the same tensors, new metadata); returns the
+    new sha256 (the model id changes with it: a build that used another floor chose differently)."""
+    from safetensors import safe_open
+    from safetensors.numpy import load as load_bytes
+    from safetensors.numpy import save_file
+
+    with safe_open(str(path), "np") as f:
+        meta = dict(f.metadata() or {})
+    summary = json.loads(meta["summary"])
+    summary["min_confidence"] = float(value)
+    meta["summary"] = json.dumps(summary, sort_keys=True)
+    state = load_bytes(path.read_bytes())
+    tmp = path.with_suffix(".tmp")
+    save_file(dict(sorted(state.items())), str(tmp), metadata=meta)
+    tmp.replace(path)
+    load.cache_clear()
+    return hashlib.sha256(path.read_bytes()).hexdigest()

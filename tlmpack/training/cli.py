@@ -259,7 +259,7 @@ def _keys(store, target: str, tasks: str) -> list[str]:
               help="Fresh random programs per task (the search the best known includes).")
 @click.option("--stored-best", default=4, show_default=True, help="Re-measure this many fastest stored programs.")
 @click.option("--threads", default=1, show_default=True, help="x86: build for and time on this many cores.")
-@click.option("--limit", default=0, help="Only the first N tasks.")
+@click.option("--limit", default=0, help="Only N of the tasks (a seeded choice).")
 @click.option("--out", "out_dir", default=None, help="cuda: the batch folder to write (carry it to the GPU).")
 @click.option("--prefix", default="", help="cuda: the batch's file prefix (several batches in one folder).")
 @click.option("--weights", default=None, help="TLM weights (default: the package's).")
@@ -278,7 +278,10 @@ def measure(target: str, tasks: str, samples: int, random_per_task: int, stored_
     store = _store(data_dir)
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     keys = _keys(store, target, tasks)
-    keys = keys[:limit] if limit else keys
+    if limit and limit < len(keys):  # a seeded spread, not the first ones of one kind
+        import random
+
+        keys = sorted(random.Random(f"limit:{seed}").sample(keys, limit))
     found = propose(store, target, keys, samples, threads, seed, weights, stored_best, say=say)
     if target == "cuda":
         if not out_dir:
@@ -439,3 +442,43 @@ def adapt(cpu: str, cores: int, l1d_kib: int, l2_kib: int, l3_kib: int, steps: i
     report = run(data, "x86", out, TrainConfig(finetune_steps=steps, batch=32, seed=seed, device=device),
                  say=lambda m: click.echo(m, err=True), init=weights_path("x86"))
     click.echo(json.dumps(report, sort_keys=True))
+
+
+@tlm.command()
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.argument("reports", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--threads", default=1, show_default=True, help="x86: the cores the reports were measured on.")
+@click.option("--weights", default=None, help="Weights to calibrate (default: the package's).")
+@click.option("--write", is_flag=True, help="Write the floor into the weights' metadata.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def calibrate(target: str, reports: tuple[str, ...], threads: int, weights: str | None, write: bool,
+              data_dir: str | None) -> None:
+    """Choose the confidence floor below which builds take the rules' schedule, from `tlm measure`
+    reports of TRAINING tasks (never held-out ones): the floor that maximises the speed-up over the rules."""
+    from pathlib import Path
+
+    from ..schedule.space import DesignSpace
+    from ..tlm.decode import decode_space
+    from ..tlm.model import load_file, set_min_confidence, weights_path
+    from .candidates import _task_hardware
+    from .compare import calibrate as choose
+    from .corpus import load_func
+    from .dataset import heldout_keys, task_info
+
+    store = _store(data_dir)
+    path = Path(weights) if weights else weights_path(target)
+    tlm = load_file(path, target)
+    held = heldout_keys(store, target)
+    rows = [r for p in reports for r in json.loads(Path(p).read_text())["rows"] if r["task"] not in held]
+    tvm_target, hardware = _task_hardware(target, threads)
+    confidences = {}
+    for r in rows:
+        task = store.task(r["task"])
+        decoded = decode_space(tlm, DesignSpace(load_func(task), tvm_target), hardware, task_info(task))
+        if decoded:
+            confidences[r["task"]] = decoded[0].confidence
+    result = choose(rows, confidences)
+    click.echo(json.dumps(result, sort_keys=True))
+    if write:
+        click.echo(f"{path.name}: min_confidence {result['min_confidence']}, sha256 "
+                   f"{set_min_confidence(path, result['min_confidence'])}")

@@ -143,3 +143,23 @@ def round_progress(store, target: str, records: list[dict]) -> dict:
             "after_vs_random_geomean": _geomean([r["best_random_us"] / r["best_after_us"] for r in rows]),
             "tlm_best_vs_random_geomean": _geomean([r["best_random_us"] / r["tlm_best_us"] for r in rows]),
             "improved_tasks": sum(r["best_after_us"] < r["best_before_us"] for r in rows), "rows": rows}
+
+
+def calibrate(rows: list[dict], confidences: dict[str, float], grid: tuple[float, ...] = tuple(
+        round(0.05 * i, 2) for i in range(21))) -> dict:
+    """The confidence floor under which the build should take the rules' schedule instead of the
+    TLM's: the one that maximises the geometric-mean speed-up over the rules on ``rows`` (compare()
+    rows of TRAINING tasks, each with the TLM's and the rules' latency), given each task's greedy
+    confidence. Ties go to the lower floor (trust the model)."""
+    usable = [r for r in rows if r.get("tlm_us") and r.get("heuristic_us") and r["task"] in confidences]
+    best = (0.0, -1.0)
+    table = []
+    for floor in grid:
+        ratios = [r["heuristic_us"] / r["tlm_us"] if confidences[r["task"]] >= floor else 1.0 for r in usable]
+        g = _geomean(ratios) or 1.0
+        trusted = sum(confidences[r["task"]] >= floor for r in usable)
+        table.append({"floor": floor, "speedup_vs_heuristic": round(g, 4), "trusted": trusted})
+        if g > best[1] + 1e-9:
+            best = (floor, g)
+    return {"min_confidence": best[0], "speedup_vs_heuristic": round(best[1], 4), "tasks": len(usable),
+            "table": table}

@@ -160,6 +160,8 @@ def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = No
     for r in store.records(target):
         if llvm_cpu is not None and r["hardware"].get("llvm_cpu") != llvm_cpu:
             continue
+        if llvm_cpu is None and r.get("role"):  # another machine's adapt batch: only `tlm adapt` learns it
+            continue
         if r.get("valid") and r["task"] not in skip and latency(r) > 0 and r.get("role") != "eval":
             hw = json.dumps({k: v for k, v in r["hardware"].items() if k not in ("features", "llvm_cpu")},
                             sort_keys=True)

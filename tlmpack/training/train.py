@@ -187,7 +187,10 @@ def main(argv: list[str] | None = None) -> None:
     from .dataset import load_training_set
 
     p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", help="A saved training set (dataset.save_training_set).")
+    p.add_argument("--store", help="Or build the set from this record store (data/), e.g. on the GPU machine.")
+    p.add_argument("--llvm-cpu", default=None, help="--store: only records measured on this CPU (adapting).")
+    p.add_argument("--best-k", type=int, default=8)
     p.add_argument("--target", required=True, choices=["x86", "cuda"])
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -203,7 +206,19 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainConfig(pretrain_steps=a.pretrain_steps, finetune_steps=a.finetune_steps, batch=a.batch, seed=a.seed,
                       device=a.device)
     shape = ModelShape(n_layer=a.layers, n_embd=a.embd)
-    report = train(load_training_set(Path(a.data)), a.target, Path(a.out), cfg, shape,
+    if a.store:
+        from .dataset import build_training_set
+        from .sites import load_sites
+        from .store import Store
+
+        store = Store(a.store)
+        data = build_training_set(store, a.target, load_sites(store, a.target), seed=a.seed, best_k=a.best_k,
+                                  llvm_cpu=a.llvm_cpu)
+    elif a.data:
+        data = load_training_set(Path(a.data))
+    else:
+        p.error("give --data or --store")
+    report = train(data, a.target, Path(a.out), cfg, shape,
                    say=lambda m: print(m, flush=True), init=Path(a.init) if a.init else None,
                    heldout=load_training_set(Path(a.heldout)) if a.heldout else None)
     print(json.dumps(report, sort_keys=True))
