@@ -161,8 +161,9 @@ const char* tlmrt_model_last_error(const tlmrt_model* m);
  * Off by default, and then free: a run reads one flag. On, each run times every step (a kernel call
  * on the CPU, with CLOCK_MONOTONIC; a kernel launch on CUDA, with CUDA events, launching kernel by
  * kernel instead of replaying the CUDA graph) and itself (from entry to return of tlmrt_model_run or
- * tlmrt_model_run_io). run_ns - kernel_ns is the time the runtime spends outside kernels: copies,
- * checks, pool wake-ups, launch overhead. Switch it between runs. */
+ * tlmrt_model_run_io). run_ns - kernel_ns is the time the runtime spends outside kernels (copies,
+ * checks, launch overhead), io_ns the copies' part of it. A step's time includes the thread pool's
+ * wake-up and join for its parallel loops. Switch profiling between runs. */
 
 typedef struct {
   int32_t enabled;
@@ -170,6 +171,11 @@ typedef struct {
   uint64_t runs;       /* successful runs timed since profiling was switched on */
   uint64_t run_ns;     /* their total wall time */
   uint64_t kernel_ns;  /* the part of it inside steps (the sum over steps) */
+  uint64_t io_ns;      /* the part of it copying inputs into the arena and outputs out of it (CPU; 0 on
+                          CUDA, whose copies are asynchronous) */
+  uint64_t pool_launches;  /* CPU: parallel launches on the model's thread pool, inside the steps */
+  uint64_t pool_wait_ns;   /* CPU: the calling thread's wait for the workers after its own tasks (wake-up,
+                              join and load imbalance), inside kernel_ns */
 } tlmrt_profile;
 
 typedef struct {

@@ -53,7 +53,7 @@ struct tlmrt_model {
   _Atomic int profiling;
   _Atomic uint64_t prof_runs;
   _Atomic uint64_t prof_run_ns;
-  tlmrt_step_counter* prof_steps;  /* num_steps */
+  tlmrt_step_counter* prof_steps;  /* num_steps, then the I/O copies, then the pool's waits */
 };
 
 static _Atomic uint64_t g_next_model_id = 1;
@@ -524,8 +524,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
   s = m->backend->open(dir, &o, &m->state, &m->tables, err, cap);
   if (s == TLMRT_OK) {
     m->num_steps = m->backend->num_steps(m->state);
-    m->prof_steps = (tlmrt_step_counter*)calloc(m->num_steps > 0 ? (size_t)m->num_steps : 1u,
-                                                sizeof(tlmrt_step_counter));
+    m->prof_steps = (tlmrt_step_counter*)calloc((size_t)m->num_steps + 2u, sizeof(tlmrt_step_counter));
     if (m->prof_steps == NULL) s = tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   }
   if (s == TLMRT_OK) {
@@ -730,7 +729,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_set_profiling(tlmrt_model* m, int32_t enab
     if (s != TLMRT_OK) return s;
   }
   if (enabled) {
-    for (int32_t i = 0; i < m->num_steps; ++i) {
+    for (int32_t i = 0; i <= m->num_steps + 1; ++i) {
       atomic_store_explicit(&m->prof_steps[i].calls, 0u, memory_order_relaxed);
       atomic_store_explicit(&m->prof_steps[i].ns, 0u, memory_order_relaxed);
     }
@@ -756,6 +755,9 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile(tlmrt_model* m, tlmrt_profile*
   out->runs = atomic_load_explicit(&m->prof_runs, memory_order_relaxed);
   out->run_ns = atomic_load_explicit(&m->prof_run_ns, memory_order_relaxed);
   for (int32_t i = 0; i < m->num_steps; ++i) out->kernel_ns += atomic_load_explicit(&m->prof_steps[i].ns, memory_order_relaxed);
+  out->io_ns = atomic_load_explicit(&m->prof_steps[m->num_steps].ns, memory_order_relaxed);
+  out->pool_launches = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].calls, memory_order_relaxed);
+  out->pool_wait_ns = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].ns, memory_order_relaxed);
   return TLMRT_OK;
 }
 

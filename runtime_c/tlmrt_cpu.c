@@ -145,19 +145,26 @@ struct tlmrt_cpu_pool {
   cpu_worker* workers; /* N-1 */
   cpu_slot* slots;     /* N-1, 64-byte aligned */
 
-  /* The current launch; written by the caller before it bumps `generation`. */
-  tlmrt_parallel_lambda flambda;
-  void* cdata;
-  int num_task;
+  int dynamic;         /* the library has no barrier hook: threads claim tasks (see cpu_parallel_launch) */
+
+  /* The current launch; written by the caller before it bumps `generation`. Atomics (relaxed) only
+   * because a lagging worker of a dynamic pool may read them while the next launch writes them; it
+   * then finds the ticket of another generation and uses none of it. */
+  _Atomic(tlmrt_parallel_lambda) flambda;
+  _Atomic(void*) cdata;
+  _Atomic int num_task;
   void* sync_handle;
-  int stop;
+  _Atomic int stop;
 
   _Alignas(64) _Atomic uint32_t generation;
   _Alignas(64) _Atomic int sleepers;          /* workers asleep (or about to be) on `generation` */
   _Alignas(64) _Atomic uint32_t done_word;    /* bumped by a worker that finishes while the caller sleeps */
   _Atomic int caller_sleeping;
   _Atomic int failed;
+  _Alignas(64) _Atomic uint64_t ticket;       /* dynamic: generation << 32 | the next task to claim */
+  _Alignas(64) _Atomic uint32_t tasks_done;   /* dynamic: tasks of this launch finished */
   _Alignas(64) _Atomic int in_use;            /* a run holds the pool */
+  tlmrt_step_counter* wait_prof;               /* profiling: launches and the caller's wait for workers */
   _Alignas(64) cpu_barrier barrier;
 };
 
@@ -202,6 +209,28 @@ static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
   }
 }
 
+/* Dynamic pools: claims tasks of launch g one at a time until none is left (or the launch is over),
+ * and runs them. The thread that finishes the last task wakes a sleeping caller. */
+static void claim_and_run(tlmrt_cpu_pool* pool, uint32_t g) {
+  tlmrt_parallel_lambda flambda = atomic_load_explicit(&pool->flambda, memory_order_relaxed);
+  void* cdata = atomic_load_explicit(&pool->cdata, memory_order_relaxed);
+  uint32_t n = (uint32_t)atomic_load_explicit(&pool->num_task, memory_order_relaxed);
+  uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  for (;;) {
+    if ((uint32_t)(t >> 32) != g || (uint32_t)t >= n) return;
+    if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1u, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+      continue;  /* t now holds the ticket's current value */
+    }
+    tlmrt_parallel_env env = {NULL, (int32_t)n};
+    if (flambda((int)(uint32_t)t, &env, cdata) != 0) atomic_store_explicit(&pool->failed, 1, memory_order_relaxed);
+    if (atomic_fetch_add(&pool->tasks_done, 1u) + 1u == n && atomic_load(&pool->caller_sleeping)) {
+      futex_wake_all(&pool->tasks_done);
+    }
+    t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  }
+}
+
 static void* worker_main(void* arg) {
   cpu_worker* self = (cpu_worker*)arg;
   tlmrt_cpu_pool* pool = self->pool;
@@ -210,8 +239,13 @@ static void* worker_main(void* arg) {
   for (;;) {
     seen = worker_wait_work(pool, seen);
     if (pool->stop) break;
-    if (run_tasks(pool->flambda, pool->cdata, self->index, pool->num_threads, pool->num_task,
-                  pool->sync_handle)) {
+    if (pool->dynamic) {
+      claim_and_run(pool, seen);
+      continue;
+    }
+    if (run_tasks(atomic_load_explicit(&pool->flambda, memory_order_relaxed),
+                  atomic_load_explicit(&pool->cdata, memory_order_relaxed), self->index, pool->num_threads,
+                  atomic_load_explicit(&pool->num_task, memory_order_relaxed), pool->sync_handle)) {
       atomic_store_explicit(&pool->failed, 1, memory_order_relaxed);
     }
     atomic_store(&slot->done, seen);  /* seq_cst: pairs with the caller's caller_sleeping */
@@ -256,6 +290,33 @@ static void pool_wait_workers(tlmrt_cpu_pool* pool, uint32_t g) {
   atomic_store(&pool->caller_sleeping, 0);
 }
 
+/* Dynamic pools: the caller waits until every task of launch g is done (spin, then futex). */
+static void pool_wait_tasks(tlmrt_cpu_pool* pool, uint32_t n) {
+  if (atomic_load_explicit(&pool->tasks_done, memory_order_acquire) == n) return;
+  if (pool->spin_ns > 0) {
+    uint64_t deadline = tlmrt_now_ns() + pool->spin_ns;
+    for (unsigned i = 1;; ++i) {
+      cpu_relax();
+      if (atomic_load_explicit(&pool->tasks_done, memory_order_acquire) == n) return;
+      if (i % SPIN_CLOCK_EVERY == 0 && tlmrt_now_ns() >= deadline) break;
+    }
+  }
+  atomic_store(&pool->caller_sleeping, 1);
+  for (;;) {
+    uint32_t d = atomic_load(&pool->tasks_done);
+    if (d == n) break;
+    futex_wait(&pool->tasks_done, d);
+  }
+  atomic_store(&pool->caller_sleeping, 0);
+}
+
+/* Two ways to share a launch's n tasks among the N threads:
+ *   static (a library with a barrier hook): task i runs on thread i % N, so with n <= N all tasks run
+ *     at once and a barrier between them works; the caller waits for every worker's acknowledgement.
+ *   dynamic (no barrier hook, so no task waits for another): every thread, the caller included,
+ *     claims the next task from a ticket (generation and index in one word) until none is left, and
+ *     the caller waits only until all n are done. A worker the OS has not scheduled yet costs
+ *     nothing: the others take its tasks, and it finds the launch over when it comes. */
 static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int num_task) {
   if (flambda == NULL || num_task < 0) return -1;
   tlmrt_cpu_pool* pool = tls_current_pool;
@@ -265,18 +326,37 @@ static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int n
     return run_tasks(flambda, cdata, 0, 1, n, NULL) ? -1 : 0;
   }
   int n = num_task == 0 ? pool->num_threads : num_task;
-  pool->flambda = flambda;
-  pool->cdata = cdata;
-  pool->num_task = n;
-  pool->sync_handle = n <= pool->num_threads ? (void*)&pool->barrier : NULL;
-  atomic_store_explicit(&pool->barrier.count, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool->flambda, flambda, memory_order_relaxed);
+  atomic_store_explicit(&pool->cdata, cdata, memory_order_relaxed);
+  atomic_store_explicit(&pool->num_task, n, memory_order_relaxed);
   atomic_store_explicit(&pool->failed, 0, memory_order_relaxed);
-  uint32_t g = pool_publish(pool, 0);
-
-  tls_current_pool = NULL;  /* a nested launch from task 0 runs serially */
-  int failed = run_tasks(flambda, cdata, 0, pool->num_threads, n, pool->sync_handle);
-  tls_current_pool = pool;
-  pool_wait_workers(pool, g);
+  uint64_t t0 = pool->wait_prof != NULL ? tlmrt_now_ns() : 0;
+  int failed;
+  if (pool->dynamic) {
+    uint32_t g = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1u;
+    atomic_store_explicit(&pool->tasks_done, 0u, memory_order_relaxed);
+    atomic_store_explicit(&pool->ticket, (uint64_t)g << 32, memory_order_release);
+    pool_publish(pool, 0);
+    tls_current_pool = NULL;  /* a nested launch from a task runs serially */
+    claim_and_run(pool, g);
+    tls_current_pool = pool;
+    if (pool->wait_prof != NULL) t0 = tlmrt_now_ns();
+    pool_wait_tasks(pool, (uint32_t)n);
+    failed = 0;
+  } else {
+    pool->sync_handle = n <= pool->num_threads ? (void*)&pool->barrier : NULL;
+    atomic_store_explicit(&pool->barrier.count, 0, memory_order_relaxed);
+    uint32_t g = pool_publish(pool, 0);
+    tls_current_pool = NULL;  /* a nested launch from task 0 runs serially */
+    failed = run_tasks(flambda, cdata, 0, pool->num_threads, n, pool->sync_handle);
+    tls_current_pool = pool;
+    if (pool->wait_prof != NULL) t0 = tlmrt_now_ns();
+    pool_wait_workers(pool, g);
+  }
+  if (pool->wait_prof != NULL) {
+    atomic_fetch_add_explicit(&pool->wait_prof->calls, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->wait_prof->ns, tlmrt_now_ns() - t0, memory_order_relaxed);
+  }
   return (failed || atomic_load_explicit(&pool->failed, memory_order_relaxed)) ? -1 : 0;
 }
 
@@ -351,7 +431,7 @@ void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
   free(pool);
 }
 
-static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, tlmrt_cpu_pool** out, char* err,
+static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, tlmrt_cpu_pool** out, char* err,
                                 size_t err_cap) {
   *out = NULL;
   tlmrt_cpu_pool* pool = (tlmrt_cpu_pool*)tlmrt_alloc_aligned(sizeof(tlmrt_cpu_pool));
@@ -359,6 +439,7 @@ static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, tlmrt_cpu_poo
   memset(pool, 0, sizeof(*pool));
   pool->num_threads = num_threads;
   pool->spin_ns = spin_ns;
+  pool->dynamic = dynamic;
   pool->barrier.spin_ns = spin_ns;
   atomic_init(&pool->generation, 0u);
   atomic_init(&pool->sleepers, 0);
@@ -366,6 +447,11 @@ static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, tlmrt_cpu_poo
   atomic_init(&pool->caller_sleeping, 0);
   atomic_init(&pool->failed, 0);
   atomic_init(&pool->in_use, 0);
+  atomic_init(&pool->ticket, 0u);
+  atomic_init(&pool->tasks_done, 0u);
+  atomic_init(&pool->flambda, NULL);
+  atomic_init(&pool->cdata, NULL);
+  atomic_init(&pool->num_task, 0);
   atomic_init(&pool->barrier.count, 0);
   atomic_init(&pool->barrier.generation, 0u);
   int num_workers = num_threads - 1;
@@ -535,8 +621,11 @@ tlmrt_status tlmrt_cpu_pool_start(int32_t num_threads, void* dl_handle, const ch
                           what, kUnsupported[i]);
     }
   }
+  /* A library whose kernels never wait at a barrier lets threads claim tasks dynamically. */
+  dlerror();
+  int dynamic = dlsym(dl_handle, TLMRT_HOOK_PARALLEL_BARRIER) == NULL;
   tlmrt_cpu_pool* pool = NULL;
-  tlmrt_status status = pool_create((int)n, n <= cores ? TLMRT_CPU_SPIN_NS : 0, &pool, err, err_cap);
+  tlmrt_status status = pool_create((int)n, n <= cores ? TLMRT_CPU_SPIN_NS : 0, dynamic, &pool, err, err_cap);
   if (status != TLMRT_OK) return status;
 
   tlmrt_parallel_launch_fn launch = cpu_parallel_launch;
@@ -569,9 +658,16 @@ tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
   return previous;
 }
 
+void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter) {
+  if (tls_current_pool != NULL) tls_current_pool->wait_prof = counter;
+}
+
 void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) {
   tlmrt_cpu_pool* held = tls_current_pool;
-  if (held != NULL) atomic_store_explicit(&held->in_use, 0, memory_order_release);
+  if (held != NULL) {
+    held->wait_prof = NULL;
+    atomic_store_explicit(&held->in_use, 0, memory_order_release);
+  }
   tls_current_pool = previous;
 }
 
@@ -832,13 +928,16 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
   cpu_model* m = (cpu_model*)state;
   cpu_ctx* c = (cpu_ctx*)ctx;
   const tlmrt_plan* plan = m->plan;
+  uint64_t io0 = prof != NULL ? tlmrt_now_ns() : 0;
   for (int32_t i = 0; i < plan->num_inputs; ++i) {
     const tlmrt_plan_tensor* t = &plan->tensors[plan->inputs[i].tensor];
     if (t->nbytes > 0) memcpy(c->arena + t->offset, inputs[i].data, (size_t)t->nbytes);
   }
+  if (prof != NULL) atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);
 
   tlmrt_status s = TLMRT_OK;
   tlmrt_cpu_pool* saved = tlmrt_cpu_pool_enter(m->pool);
+  if (prof != NULL) tlmrt_cpu_pool_profile(&prof[plan->num_steps + 1]);
   for (int32_t i = 0; i < plan->num_steps; ++i) {
     const tlmrt_plan_step* st = &plan->steps[i];
     tlmrt_ffi_any result;
@@ -860,9 +959,14 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
   tlmrt_cpu_pool_leave(saved);
   if (s != TLMRT_OK) return s;
 
+  io0 = prof != NULL ? tlmrt_now_ns() : 0;
   for (int32_t i = 0; i < plan->num_outputs; ++i) {
     const tlmrt_plan_tensor* t = &plan->tensors[plan->outputs[i].tensor];
     if (outputs[i].data != NULL && t->nbytes > 0) memcpy(outputs[i].data, c->arena + t->offset, (size_t)t->nbytes);
+  }
+  if (prof != NULL) {
+    atomic_fetch_add_explicit(&prof[plan->num_steps].calls, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);
   }
   return TLMRT_OK;
 }

@@ -171,8 +171,11 @@ typedef struct {
   void (*ctx_destroy)(void* state, void* ctx);
   /* One run in ctx. The core has checked every buffer: sizes match the plan, data is non-NULL (except
    * an output with data NULL and nbytes 0: leave it in the arena), device buffers are on this
-   * model's device and only given to a backend that takes them. prof (num_steps counters) is NULL
-   * unless profiling is on: then each step's calls and nanoseconds are added to it. */
+   * model's device and only given to a backend that takes them. prof (num_steps + 1 counters) is NULL
+   * unless profiling is on: then each step's calls and nanoseconds are added to prof[step], and the
+   * time spent copying inputs in and outputs out to prof[num_steps] (a backend that cannot tell,
+   * CUDA with its asynchronous copies, leaves it alone), and the thread pool's launches and the
+   * caller's wait for its workers to prof[num_steps + 1] (CPU). */
   tlmrt_status (*run)(void* state, void* ctx, const tlmrt_io* inputs, const tlmrt_io* outputs,
                       tlmrt_step_counter* prof, char* err, size_t err_cap);
   void (*output_buffer)(void* state, void* ctx, int32_t index, tlmrt_io* out);
@@ -204,6 +207,9 @@ void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool);
 tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool);
 void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous);
 int tlmrt_cpu_pool_threads(const tlmrt_cpu_pool* pool);
+/* While the calling thread holds a pool (after enter), counts its launches and the time it waits
+ * for the workers after its own tasks into *counter; leave stops it. */
+void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tlmrt_now_ns(void);

@@ -358,3 +358,26 @@ def test_run_model_example_prints_and_writes_outputs(lib_dir, artifact, tmp_path
     short.write_bytes(bytes(12))
     proc = subprocess.run([str(exe), str(art), str(short)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "input x expects 4000 bytes, the file has 12" in proc.stderr
+
+
+@pytest.fixture(scope="session")
+def threads_bin(lib_dir: Path) -> Path:
+    exe = lib_dir / "test_threads"
+    _cc("-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_C}", TESTS_C / "test_threads.c", "-o", exe,
+        f"-L{lib_dir}", "-ltlmrt", f"-Wl,-rpath,{lib_dir}", "-lpthread")
+    return exe
+
+
+@pytest.mark.parametrize("variant", [(), ("-DFAKE_NO_BARRIER",)], ids=["static-pool", "dynamic-pool"])
+def test_one_model_takes_eight_threads_at_once_and_runs_after_fork(threads_bin, artifact, variant):
+    proc = subprocess.run([str(threads_bin), str(artifact(*variant)), "2", "8", "1000"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "THREADS: 8 threads x 1000 runs" in proc.stdout and "FORK: the child ran the model" in proc.stdout
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_fake_model_without_barrier_hook_runs_every_task_once(test_bin, artifact, threads):
+    proc = run(test_bin, artifact("-DFAKE_NO_BARRIER"), threads)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ALL_OK" in proc.stdout

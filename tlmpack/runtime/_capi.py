@@ -113,6 +113,9 @@ class Profile(ctypes.Structure):
         ("runs", ctypes.c_uint64),
         ("run_ns", ctypes.c_uint64),
         ("kernel_ns", ctypes.c_uint64),
+        ("io_ns", ctypes.c_uint64),
+        ("pool_launches", ctypes.c_uint64),
+        ("pool_wait_ns", ctypes.c_uint64),
     ]
 
 
@@ -145,6 +148,9 @@ class ProfileReport:
     runs: int
     run_ns: int
     kernel_ns: int
+    io_ns: int  # the part of run_ns - kernel_ns that copies inputs in and outputs out (CPU)
+    pool_launches: int  # parallel launches on the thread pool (CPU)
+    pool_wait_ns: int  # the caller's wait for the pool's workers after its own tasks, inside kernel_ns (CPU)
     steps: tuple[StepTime, ...]
 
 
@@ -262,7 +268,8 @@ class Library:
                 raise status_error(status, self.last_error(handle), f"cannot read step {i} of the profile")
             steps.append(StepTime(i, (st.kernel or b"").decode(errors="replace"),
                                   (st.task or b"").decode(errors="replace"), st.calls, st.total_ns))
-        return ProfileReport(total.runs, total.run_ns, total.kernel_ns, tuple(steps))
+        return ProfileReport(total.runs, total.run_ns, total.kernel_ns, total.io_ns, total.pool_launches,
+                             total.pool_wait_ns, tuple(steps))
 
     def last_error(self, handle: int) -> str:
         return (self.lib.tlmrt_model_last_error(handle) or b"").decode(errors="replace")
