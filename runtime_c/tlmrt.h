@@ -183,6 +183,10 @@ typedef struct {
   const char* task;    /* the task of the schedule it belongs to (CPU: the same as kernel) */
   uint64_t calls;
   uint64_t total_ns;
+  uint64_t last_start_ns;  /* the last timed run: when this step started (ns after the run's start on
+                              the CPU, after the first launch's start on CUDA) and how long it took; a
+                              timeline of one run, for traces */
+  uint64_t last_ns;
 } tlmrt_profile_step;
 
 /* enabled 1: zeroes the counters and starts timing (CUDA: creates the events it needs, which may fail

@@ -732,6 +732,8 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_set_profiling(tlmrt_model* m, int32_t enab
     for (int32_t i = 0; i <= m->num_steps + 1; ++i) {
       atomic_store_explicit(&m->prof_steps[i].calls, 0u, memory_order_relaxed);
       atomic_store_explicit(&m->prof_steps[i].ns, 0u, memory_order_relaxed);
+      atomic_store_explicit(&m->prof_steps[i].last_start, 0u, memory_order_relaxed);
+      atomic_store_explicit(&m->prof_steps[i].last_ns, 0u, memory_order_relaxed);
     }
     atomic_store_explicit(&m->prof_runs, 0u, memory_order_relaxed);
     atomic_store_explicit(&m->prof_run_ns, 0u, memory_order_relaxed);
@@ -775,5 +777,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile_step(tlmrt_model* m, int32_t s
   m->backend->step_name(m->state, step, &out->kernel, &out->task);
   out->calls = atomic_load_explicit(&m->prof_steps[step].calls, memory_order_relaxed);
   out->total_ns = atomic_load_explicit(&m->prof_steps[step].ns, memory_order_relaxed);
+  out->last_start_ns = atomic_load_explicit(&m->prof_steps[step].last_start, memory_order_relaxed);
+  out->last_ns = atomic_load_explicit(&m->prof_steps[step].last_ns, memory_order_relaxed);
   return TLMRT_OK;
 }

@@ -948,6 +948,8 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
       uint64_t t1 = tlmrt_now_ns();
       atomic_fetch_add_explicit(&prof[i].calls, 1u, memory_order_relaxed);
       atomic_fetch_add_explicit(&prof[i].ns, t1 - t0, memory_order_relaxed);
+      atomic_store_explicit(&prof[i].last_start, t0 - io0, memory_order_relaxed);
+      atomic_store_explicit(&prof[i].last_ns, t1 - t0, memory_order_relaxed);
     }
     if (rc != 0) {
       const char* why = m->kernel_error != NULL ? m->kernel_error() : NULL;

@@ -970,6 +970,11 @@ static tlmrt_status read_events(cuda_model* m, tlmrt_step_counter* prof, char* e
     uint64_t ns = ms > 0.0f ? (uint64_t)((double)ms * 1e6 + 0.5) : 0u;
     atomic_fetch_add_explicit(&prof[i].calls, 1u, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof[i].ns, ns, memory_order_relaxed);
+    float start_ms = 0.0f;
+    if (i > 0 && g_api.EventElapsedTime(&start_ms, m->events[0], m->events[i]) != CUDA_SUCCESS) start_ms = 0.0f;
+    atomic_store_explicit(&prof[i].last_start, start_ms > 0.0f ? (uint64_t)((double)start_ms * 1e6 + 0.5) : 0u,
+                          memory_order_relaxed);
+    atomic_store_explicit(&prof[i].last_ns, ns, memory_order_relaxed);
   }
   return TLMRT_OK;
 }

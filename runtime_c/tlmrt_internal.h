@@ -148,6 +148,8 @@ tlmrt_status tlmrt_open_library(const char* dir, const char* rel, const char* sy
 typedef struct {
   _Atomic uint64_t calls;
   _Atomic uint64_t ns;
+  _Atomic uint64_t last_start;  /* the last timed call: its start (ns from its run's start) and length */
+  _Atomic uint64_t last_ns;
 } tlmrt_step_counter;
 
 /* A backend runs models on one kind of device: the CPU (tlmrt_cpu.c: x86/model.so, TVM's context

@@ -127,6 +127,8 @@ class ProfileStep(ctypes.Structure):
         ("task", ctypes.c_char_p),
         ("calls", ctypes.c_uint64),
         ("total_ns", ctypes.c_uint64),
+        ("last_start_ns", ctypes.c_uint64),
+        ("last_ns", ctypes.c_uint64),
     ]
 
 
@@ -139,6 +141,8 @@ class StepTime:
     task: str
     calls: int
     total_ns: int
+    last_start_ns: int  # the last timed run: start after the run's start, and length (a timeline)
+    last_ns: int
 
 
 @dataclass(frozen=True)
@@ -267,7 +271,8 @@ class Library:
             if status != OK:
                 raise status_error(status, self.last_error(handle), f"cannot read step {i} of the profile")
             steps.append(StepTime(i, (st.kernel or b"").decode(errors="replace"),
-                                  (st.task or b"").decode(errors="replace"), st.calls, st.total_ns))
+                                  (st.task or b"").decode(errors="replace"), st.calls, st.total_ns,
+                                  st.last_start_ns, st.last_ns))
         return ProfileReport(total.runs, total.run_ns, total.kernel_ns, total.io_ns, total.pool_launches,
                              total.pool_wait_ns, tuple(steps))
 
