@@ -115,6 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (s == TLMRT_OK) s = validate_launches(&plan, &d, &total_args, err, sizeof(err));
   if (s == TLMRT_OK) s = validate_images(&plan, err, sizeof(err));
   if (s != TLMRT_OK && (err[0] == '\0' || strchr(err, '\n') != NULL)) abort();
+#ifdef FUZZ_COUNT_ACCEPTED
+  if (s == TLMRT_OK) fprintf(stderr, "ACCEPTED\n");
+#endif
   if (s == TLMRT_OK) {
     for (int32_t i = 0; i < plan.num_launches; ++i) {
       const tlmrt_cuda_launch* l = &launches[i];

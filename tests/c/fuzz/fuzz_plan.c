@@ -119,6 +119,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t total_args = 0;
   tlmrt_status s = validate_plan(&plan, &w, &total_args, err, sizeof(err));
   if (s != TLMRT_OK && (err[0] == '\0' || strchr(err, '\n') != NULL)) abort();
+#ifdef FUZZ_COUNT_ACCEPTED
+  if (s == TLMRT_OK) fprintf(stderr, "ACCEPTED\n");
+#endif
   if (s == TLMRT_OK && plan.arena_bytes <= (1u << 22)) {
     cpu_model m;
     memset(&m, 0, sizeof(m));
