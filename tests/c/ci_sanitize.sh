@@ -4,7 +4,8 @@
 #   1. AddressSanitizer + UndefinedBehaviorSanitizer: tests/test_runtime_c.py with everything built
 #      sanitized (TLMRT_SANITIZE): the fake artifact and its corrupted and inconsistent variants;
 #      then examples/run_model.c over a real artifact (TLMRT_SAN_ARTIFACT=model.tar, or a tiny one
-#      built here when tlmpack's compiler is installed) and over corrupted copies of it.
+#      built here when tlmpack's compiler is installed) and over corrupted copies of it; then the CUDA
+#      backend (tests/c/test_cuda.c) on the simulated driver over good and broken fake CUDA artifacts.
 #   2. ThreadSanitizer: tests/c/test_threads.c, 8 threads x 1000 runs on one model, static and dynamic
 #      pools (without its fork step: TSan does not support fork in a threaded process).
 #   3. libFuzzer: each target in tests/c/fuzz/ for FUZZ_SECONDS (default 5) from its committed corpus.
@@ -94,6 +95,39 @@ else
     corrupt "empty SHA256SUMS line" 'printf "\n\n" >> SHA256SUMS'
     corrupt "no model.so" 'rm x86/model.so'
   fi
+  # The CUDA backend on the simulated driver (tests/cuda/fake_libcuda.c): a good fake artifact, its
+  # graph-less and faulting runs, and its broken variants, which must be refused (exit 3).
+  say "ASan/UBSan: the CUDA backend on the simulated driver, good and broken cuda plans"
+  "$CC_SAN" -std=c11 "${SANF[@]}" -Iruntime_c tests/c/test_cuda.c -o "$WORK/test_cuda" -L"$WORK" -ltlmrt \
+    -Wl,-rpath,"$WORK" -ldl
+  "$PYTHON" - "$WORK/cudaart" <<'EOF'
+import sys
+from pathlib import Path
+sys.path.insert(0, "tests/fixtures_runtime")
+import fabricate_cuda
+out = Path(sys.argv[1])
+fabricate_cuda.build_fake_libcuda(out / "driver")
+fabricate_cuda.make_artifact(out / "good")
+for i, d in enumerate(["-DFAKE_ABI_VERSION=2", "-DFAKE_BAD_ARG", "-DFAKE_BAD_IMAGE_PATH", "-DFAKE_BAD_OFFSET",
+                       "-DFAKE_BIG_BLOCK", "-DFAKE_MISSING_KERNEL", "-DFAKE_MIN_DRIVER=-5"]):
+    fabricate_cuda.make_artifact(out / f"bad{i}", d)
+EOF
+  cuda_case() {  # EXPECTED_EXIT DIR ARGS...
+    local want="$1" dir="$2" rc=0
+    shift 2
+    LD_LIBRARY_PATH="$WORK/cudaart/driver" "$WORK/test_cuda" "$dir" "$@" > "$WORK/cuda.out" 2>&1 || rc=$?
+    if [ "$rc" -ne "$want" ]; then
+      say "FAIL CUDA backend $(basename "$dir") $*: exit $rc, expected $want"
+      cat "$WORK/cuda.out"
+      failed=1
+    fi
+  }
+  cuda_case 0 "$WORK/cudaart/good"
+  cuda_case 0 "$WORK/cudaart/good" --no-graph
+  cuda_case 0 "$WORK/cudaart/good" --fault
+  for bad in "$WORK"/cudaart/bad*; do cuda_case 3 "$bad"; done
+  printf '\x01' | dd of="$WORK/cudaart/good/cuda/sm_90.cubin" bs=1 seek=100 conv=notrunc status=none
+  cuda_case 3 "$WORK/cudaart/good"
 fi
 
 # ---- 2. TSan -------------------------------------------------------------------------------------
