@@ -170,6 +170,10 @@ struct tlmrt_cpu_pool {
 
 /* The pool that __TVMBackendParallelLaunch uses on this thread; see the comment at the top. */
 static _Thread_local tlmrt_cpu_pool* tls_current_pool = NULL;
+/* While a run goes without the pool because another thread holds it: the task count its launches of
+ * num_task 0 get, the pool's size (for a library without barriers), so they split their loops as a
+ * run with the pool does and compute the same bits. 0 otherwise: such launches get one task. */
+static _Thread_local int tls_serial_tasks = 0;
 
 static int run_tasks(tlmrt_parallel_lambda flambda, void* cdata, int first, int step, int n,
                      void* sync_handle) {
@@ -322,8 +326,12 @@ static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int n
   tlmrt_cpu_pool* pool = tls_current_pool;
   if (pool == NULL || pool->num_started == 0) {
     /* No pool here (or a pool of one): run serially. A barrier cannot work with n > 1 here. */
-    int n = num_task == 0 ? 1 : num_task;
-    return run_tasks(flambda, cdata, 0, 1, n, NULL) ? -1 : 0;
+    int n = num_task != 0 ? num_task : tls_serial_tasks > 0 ? tls_serial_tasks : 1;
+    int saved = tls_serial_tasks;
+    tls_serial_tasks = 0;  /* a nested launch gets one task, as it does under the pool */
+    int failed = run_tasks(flambda, cdata, 0, 1, n, NULL);
+    tls_serial_tasks = saved;
+    return failed ? -1 : 0;
   }
   int n = num_task == 0 ? pool->num_threads : num_task;
   atomic_store_explicit(&pool->flambda, flambda, memory_order_relaxed);
@@ -648,7 +656,10 @@ int tlmrt_cpu_pool_threads(const tlmrt_cpu_pool* pool) { return pool->num_thread
 tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
   tlmrt_cpu_pool* previous = tls_current_pool;
   tls_current_pool = NULL;
-  if (pool != NULL && atomic_exchange_explicit(&pool->in_use, 1, memory_order_acquire) == 0) {
+  tls_serial_tasks = 0;
+  if (pool != NULL && atomic_exchange_explicit(&pool->in_use, 1, memory_order_acquire) != 0) {
+    tls_serial_tasks = pool->dynamic ? pool->num_threads : 1;
+  } else if (pool != NULL) {
     if (pool->fork_count != tlmrt_fork_count() && pool->num_threads > 1) {
       pool->num_started = 0;  /* the parent's threads: gone here */
       pool_start_workers(pool);  /* on failure num_started stays 0: launches run serially */
@@ -664,6 +675,7 @@ void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter) {
 
 void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) {
   tlmrt_cpu_pool* held = tls_current_pool;
+  tls_serial_tasks = 0;
   if (held != NULL) {
     held->wait_prof = NULL;
     atomic_store_explicit(&held->in_use, 0, memory_order_release);

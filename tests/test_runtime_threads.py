@@ -132,3 +132,19 @@ def test_profiling_switched_on_again_starts_from_zero(artifact: Path) -> None:
         lib.set_profiling(handle, True)
         assert lib.profile(handle).runs == 0
         assert all(s.calls == 0 for s in lib.profile(handle).steps)
+
+
+def test_built_model_gives_identical_bits_to_eight_threads_at_once(build_zoo_model, tmp_path: Path) -> None:
+    _, tar = build_zoo_model("mlp")
+    art = tmp_path / "art"
+    import tarfile
+
+    with tarfile.open(tar) as tf:
+        tf.extractall(art, filter="data")
+    lib = fabricate.build_runtime(tmp_path / "lib")
+    exe = tmp_path / "stress_model"
+    subprocess.run(["gcc", "-std=c11", "-O2", f"-I{ROOT / 'runtime_c'}", str(ROOT / "tests" / "c" / "stress_model.c"),
+                    "-o", str(exe), f"-L{lib.parent}", "-ltlmrt", f"-Wl,-rpath,{lib.parent}", "-lpthread"],
+                   check=True, capture_output=True, text=True)
+    proc = subprocess.run([str(exe), str(art), "2", "8", "200"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ALL_OK" in proc.stdout, proc.stdout + proc.stderr

@@ -7,7 +7,9 @@
 #      built here when tlmpack's compiler is installed) and over corrupted copies of it; then the CUDA
 #      backend (tests/c/test_cuda.c) on the simulated driver over good and broken fake CUDA artifacts.
 #   2. ThreadSanitizer: tests/c/test_threads.c, 8 threads x 1000 runs on one model, static and dynamic
-#      pools (without its fork step: TSan does not support fork in a threaded process).
+#      pools (without its fork step: TSan does not support fork in a threaded process); and
+#      tests/c/stress_model.c, 8 threads x 1000 runs on the real artifact of step 1 with outputs
+#      bitwise identical to a reference run.
 #   3. libFuzzer: each target in tests/c/fuzz/ for FUZZ_SECONDS (default 5) from its committed corpus.
 #
 # Installs nothing. A step whose compiler support is missing is skipped with a line that says so; the
@@ -165,6 +167,16 @@ EOF
       failed=1
     fi
   done
+  if [ -d "$WORK/real" ]; then
+    say "TSan: the real artifact, 8 threads x 1000 runs, outputs bitwise identical"
+    "$CC_TSAN" -std=c11 "${TF[@]}" -Iruntime_c tests/c/stress_model.c -o "$WORK/stress_model" -L"$WORK/tsan" -ltlmrt \
+      -Wl,-rpath,"$WORK/tsan" -lpthread
+    if ! "$WORK/stress_model" "$WORK/real" 2 8 1000 > "$WORK/stress.out" 2>&1; then
+      say "FAIL TSan (real artifact)"
+      cat "$WORK/stress.out"
+      failed=1
+    fi
+  fi
 fi
 
 # ---- 3. libFuzzer --------------------------------------------------------------------------------
