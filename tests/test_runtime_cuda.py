@@ -611,3 +611,20 @@ def test_fake_artifact_runs_on_a_real_gpu(test_bin, artifact):
             xt = torch.from_numpy(X).cuda()
             (zt,) = m.run_dlpack(["z"], {"x": xt, "k": torch.tensor([3], dtype=torch.int32, device="cuda")})
             np.testing.assert_allclose(torch.from_dlpack(zt).cpu().numpy(), Z, rtol=1e-6)
+
+
+@pytest.mark.cuda
+def test_profile_on_a_real_gpu_times_every_launch_once_a_run(artifact):
+    from tlmpack.runtime import bench
+
+    result = bench.bench(artifact, device="cuda", runs=5, warmup=2, profile=True)
+    prof = result.profile
+    assert prof is not None and prof.runs == 5 and prof.kernels
+    assert all(k.calls_per_run == 1 and k.total_ms > 0 for k in prof.kernels)
+    assert prof.run_us > 0 and prof.kernel_us > 0
+    starts = [t[1] for t in prof.timeline]
+    assert starts == sorted(starts) and starts[0] == 0
+    with rt.load(artifact, device="cuda") as m:  # and the graph path still gives the right answer after it
+        for _ in range(3):
+            _, z = m(x=X, k=K)
+        np.testing.assert_allclose(z, Z, rtol=1e-6)
