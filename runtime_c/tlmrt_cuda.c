@@ -235,6 +235,10 @@ static void api_load(void) {
     void* sym = dlsym(lib, kOptional[i].symbol);
     memcpy((char*)&api + kOptional[i].offset, &sym, sizeof(sym));
   }
+  /* CUDA 12.8 added cuEventElapsedTime_v2 (same signature); newer headers map the name to it. */
+  dlerror();
+  void* elapsed_v2 = dlsym(lib, "cuEventElapsedTime_v2");
+  if (elapsed_v2 != NULL) memcpy(&api.EventElapsedTime, &elapsed_v2, sizeof(elapsed_v2));
   g_api = api;
   CUresult r = g_api.Init(0);
   if (r != CUDA_SUCCESS) {
