@@ -389,6 +389,7 @@ def test_one_model_takes_eight_threads_at_once_and_runs_after_fork(threads_bin, 
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "THREADS: 8 threads x 1000 runs" in proc.stdout and "FORK: the child ran the model" in proc.stdout
+    assert "FORK_BUSY: the child forked during runs ran the model" in proc.stdout
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])

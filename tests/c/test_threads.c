@@ -7,7 +7,9 @@
  * 2. CALLER_THREADS threads each run the one model RUNS_PER_THREAD times with inputs of their own,
  *    at the same time, and check every output against the reference computed the same way.
  * 3. fork(): the child runs the model (opened and run before the fork) and checks the outputs; the
- *    parent waits at most 30 s for it (a child that hangs is killed and reported).
+ *    parent waits at most 30 s for it (a child that hangs is killed and reported). Then again while
+ *    two other threads are in the middle of runs (the child inherits a pool and contexts held by
+ *    threads it does not have).
  * 4. Profiling on: the counters count every step of every run.
  * Exit 0 and "ALL_OK", or 1 and "FAIL ..." lines. Built with -fsanitize=thread by ci_sanitize.sh, which
  * passes --no-fork (ThreadSanitizer does not support fork() in a process with threads).
@@ -176,6 +178,48 @@ int main(int argc, char** argv) {
   } else if (argc == 5) {
     printf("FORK: the child ran the model\n");
   }
+  /* fork while other threads are in the middle of runs: the child has a pool (and contexts) held by
+   * threads that do not exist there; it must still run (on contexts of its own, kernels serially) */
+  if (argc == 5) {
+    worker_arg busy[2] = {{m, 90, 400, pool_threads, 0, ""}, {m, 91, 400, pool_threads, 0, ""}};
+    pthread_t bt[2];
+    for (int i = 0; i < 2; ++i) pthread_create(&bt[i], NULL, worker, &busy[i]);
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
+    pid_t busy_pid = fork();
+    if (busy_pid == 0) {
+      int bad = 0;
+      for (int r = 0; r < 20 && bad == 0; ++r) bad += run_once(m, 8000u + (uint32_t)r, pool_threads, why, sizeof(why));
+      if (bad) printf("FAIL in the child forked during runs: %s\n", why);
+      _exit(bad ? 1 : 0);
+    }
+    int bstatus = 0;
+    pid_t bdone = 0;
+    for (int waited = 0; waited < 3000 && bdone == 0 && busy_pid > 0; ++waited) {
+      bdone = waitpid(busy_pid, &bstatus, WNOHANG);
+      if (bdone == 0) nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    if (busy_pid < 0 || bdone == 0) {
+      if (busy_pid > 0) {
+        kill(busy_pid, SIGKILL);
+        waitpid(busy_pid, &bstatus, 0);
+      }
+      printf("FAIL the child forked during runs hung (or fork failed)\n");
+      ++failures;
+    } else if (!WIFEXITED(bstatus) || WEXITSTATUS(bstatus) != 0) {
+      printf("FAIL the child forked during runs failed (status %d)\n", bstatus);
+      ++failures;
+    } else {
+      printf("FORK_BUSY: the child forked during runs ran the model\n");
+    }
+    for (int i = 0; i < 2; ++i) {
+      pthread_join(bt[i], NULL);
+      if (busy[i].failures) {
+        printf("FAIL busy thread %d: %s\n", i, busy[i].why);
+        ++failures;
+      }
+    }
+  }
+
   /* and the parent still runs it */
   if (run_once(m, 2, pool_threads, why, sizeof(why)) != 0) {
     printf("FAIL run after fork in the parent: %s\n", why);
