@@ -112,8 +112,9 @@ tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index, tlmrt_tensor
  * code; made at open for the first run and when runs first overlap, then reused), and the first run
  * to come takes the thread pool while the others run their kernels on their own calling threads. A
  * CUDA model takes one run at a time: a second concurrent run returns TLMRT_ERR_BUSY at once.
- * Fork: a CPU model opened (and run) before fork() runs in the child too (the pool's threads are
- * started again there); a CUDA model refuses to run in a child with TLMRT_ERR_INCOMPATIBLE (a CUDA
+ * Fork: a CPU model opened (and run) before fork() runs in the child too: the pool's threads are
+ * started again there, and the pool and contexts that threads of the parent held at the fork are
+ * free in the child. A CUDA model refuses to run in a child with TLMRT_ERR_INCOMPATIBLE (a CUDA
  * context does not survive fork): open it again in the child. */
 tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inputs, const uint64_t* input_nbytes,
                              void* const* outputs, const uint64_t* output_nbytes);

@@ -33,7 +33,7 @@
  * tlmrt_model_run's buffers); busy while a run holds it. Made at open for the first run, and when runs
  * overlap, then kept until close, so warm runs allocate nothing. */
 typedef struct {
-  _Atomic int busy;
+  _Atomic uint32_t busy;  /* 0, or the fork count + 1 of the thread running in it */
   void* backend_ctx;
   tlmrt_io* host_inputs;
   tlmrt_io* host_outputs;
@@ -380,7 +380,7 @@ static tlmrt_status ctx_create(tlmrt_model* m, exec_ctx** out, char* err, size_t
   *out = NULL;
   exec_ctx* c = (exec_ctx*)calloc(1, sizeof(exec_ctx));
   if (c == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
-  atomic_init(&c->busy, 1);
+  atomic_init(&c->busy, tlmrt_fork_count() + 1u);
   size_t ni = m->tables.num_inputs > 0 ? (size_t)m->tables.num_inputs : 1u;
   size_t no = m->tables.num_outputs > 0 ? (size_t)m->tables.num_outputs : 1u;
   c->host_inputs = (tlmrt_io*)calloc(ni, sizeof(tlmrt_io));
@@ -400,12 +400,20 @@ static tlmrt_status ctx_create(tlmrt_model* m, exec_ctx** out, char* err, size_t
 
 /* A free context for one run (busy from here on until ctx_release), made when every one is busy. */
 static tlmrt_status ctx_acquire(tlmrt_model* m, exec_ctx** out, int32_t* out_index, char* err, size_t cap) {
+  /* A context marked with an older fork count was in use by a thread of a parent process, which
+   * does not exist here: it is free. */
+  uint32_t mine = tlmrt_fork_count() + 1u;
   for (int32_t i = 0; i < m->max_contexts; ++i) {
     exec_ctx* c = atomic_load_explicit(&m->ctxs[i], memory_order_acquire);
     if (c == NULL) break;
-    int expected = 0;
-    if (atomic_compare_exchange_strong_explicit(&c->busy, &expected, 1, memory_order_acquire,
-                                                memory_order_relaxed)) {
+    uint32_t held = 0;
+    int got = atomic_compare_exchange_strong_explicit(&c->busy, &held, mine, memory_order_acquire,
+                                                      memory_order_relaxed);
+    if (!got && held != mine) {
+      got = atomic_compare_exchange_strong_explicit(&c->busy, &held, mine, memory_order_acquire,
+                                                    memory_order_relaxed);
+    }
+    if (got) {
       *out = c;
       *out_index = i;
       return TLMRT_OK;
@@ -438,7 +446,7 @@ static tlmrt_status ctx_acquire(tlmrt_model* m, exec_ctx** out, int32_t* out_ind
                       m->max_contexts);
 }
 
-static void ctx_release(exec_ctx* c) { atomic_store_explicit(&c->busy, 0, memory_order_release); }
+static void ctx_release(exec_ctx* c) { atomic_store_explicit(&c->busy, 0u, memory_order_release); }
 
 TLMRT_EXPORT void tlmrt_model_close(tlmrt_model* m) {
   if (m == NULL) return;

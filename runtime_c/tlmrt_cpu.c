@@ -26,7 +26,9 @@
  *
  * Fork: a child process has none of its parent's threads. A pthread_atfork child handler bumps a
  * process-wide fork count; a pool started under an older count rebuilds its workers the next time a
- * run takes it (so a model run before fork() runs in the child too).
+ * run takes it (so a model run before fork() runs in the child too). Whoever holds the pool (and a
+ * run context, tlmrt_core.c) marks it with its fork count + 1, so a mark of an older count, left by
+ * a parent's thread that was mid-run at the fork, is void in the child.
  *
  * Workspace: TVM kernels take scratch memory through __TVMBackendAllocWorkspace and give it back in
  * reverse order. Each thread keeps one 64-byte-aligned stack for it that grows to the high-water
@@ -163,7 +165,7 @@ struct tlmrt_cpu_pool {
   _Atomic int failed;
   _Alignas(64) _Atomic uint64_t ticket;       /* dynamic: generation << 32 | the next task to claim */
   _Alignas(64) _Atomic uint32_t tasks_done;   /* dynamic: tasks of this launch finished */
-  _Alignas(64) _Atomic int in_use;            /* a run holds the pool */
+  _Alignas(64) _Atomic uint32_t in_use;       /* 0, or the fork count + 1 of the thread that holds it */
   tlmrt_step_counter* wait_prof;               /* profiling: launches and the caller's wait for workers */
   _Alignas(64) cpu_barrier barrier;
 };
@@ -454,7 +456,7 @@ static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, 
   atomic_init(&pool->done_word, 0u);
   atomic_init(&pool->caller_sleeping, 0);
   atomic_init(&pool->failed, 0);
-  atomic_init(&pool->in_use, 0);
+  atomic_init(&pool->in_use, 0u);
   atomic_init(&pool->ticket, 0u);
   atomic_init(&pool->tasks_done, 0u);
   atomic_init(&pool->flambda, NULL);
@@ -657,15 +659,26 @@ tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
   tlmrt_cpu_pool* previous = tls_current_pool;
   tls_current_pool = NULL;
   tls_serial_tasks = 0;
-  if (pool != NULL && atomic_exchange_explicit(&pool->in_use, 1, memory_order_acquire) != 0) {
-    tls_serial_tasks = pool->dynamic ? pool->num_threads : 1;
-  } else if (pool != NULL) {
-    if (pool->fork_count != tlmrt_fork_count() && pool->num_threads > 1) {
-      pool->num_started = 0;  /* the parent's threads: gone here */
-      pool_start_workers(pool);  /* on failure num_started stays 0: launches run serially */
-    }
-    tls_current_pool = pool;
+  if (pool == NULL) return previous;
+  /* A holder marked with an older fork count was a thread of a parent process: it does not exist
+   * here, so its claim is void (the workers are restarted below anyway). */
+  uint32_t mine = tlmrt_fork_count() + 1u;
+  uint32_t held = 0;
+  int got = atomic_compare_exchange_strong_explicit(&pool->in_use, &held, mine, memory_order_acquire,
+                                                    memory_order_relaxed);
+  if (!got && held != mine) {
+    got = atomic_compare_exchange_strong_explicit(&pool->in_use, &held, mine, memory_order_acquire,
+                                                  memory_order_relaxed);
   }
+  if (!got) {
+    tls_serial_tasks = pool->dynamic ? pool->num_threads : 1;
+    return previous;
+  }
+  if (pool->fork_count != mine - 1u && pool->num_threads > 1) {
+    pool->num_started = 0;  /* the parent's threads: gone here */
+    pool_start_workers(pool);  /* on failure num_started stays 0: launches run serially */
+  }
+  tls_current_pool = pool;
   return previous;
 }
 
@@ -678,7 +691,7 @@ void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) {
   tls_serial_tasks = 0;
   if (held != NULL) {
     held->wait_prof = NULL;
-    atomic_store_explicit(&held->in_use, 0, memory_order_release);
+    atomic_store_explicit(&held->in_use, 0u, memory_order_release);
   }
   tls_current_pool = previous;
 }
