@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz_input in = {data, size};
-  static int64_t shapes[MAX_T][2];
+  static int64_t shapes[MAX_T][TLMRT_PLAN_MAX_NDIM + 2];  /* as many entries as any ndim the checks let by */
   static tlmrt_plan_tensor tensors[MAX_T];
   static tlmrt_cuda_launch launches[MAX_L];
   static tlmrt_cuda_arg args[MAX_L][MAX_A];
@@ -61,6 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     t->ndim = fuzz_count(&in, 0, 2);
     shapes[i][0] = (int64_t)fuzz_take(&in, 1) - 3;
     shapes[i][1] = (int64_t)fuzz_take(&in, 1);
+    for (int k = 2; k < TLMRT_PLAN_MAX_NDIM + 2; ++k) shapes[i][k] = 1;
     t->shape = shapes[i];
     uint64_t count = 1;
     for (int32_t k = 0; k < t->ndim && k < 2; ++k) count *= shapes[i][k] > 0 ? (uint64_t)shapes[i][k] : 0u;
