@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 3
+#define TLMRT_API_VERSION 4
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -33,7 +33,9 @@ typedef enum {
   TLMRT_ERR_ARTIFACT = 3,         /* the artifact is corrupted or inconsistent */
   TLMRT_ERR_INCOMPATIBLE = 4,     /* the artifact cannot run here (ABI, CPU features, device) */
   TLMRT_ERR_KERNEL = 5,           /* a kernel reported an error */
-  TLMRT_ERR_OUT_OF_MEMORY = 6
+  TLMRT_ERR_OUT_OF_MEMORY = 6,
+  TLMRT_ERR_BUSY = 7              /* the model takes no more concurrent runs now (since API version 4):
+                                     a CUDA model one at a time, a CPU model 64 */
 } tlmrt_status;
 
 typedef struct tlmrt_model tlmrt_model;
@@ -105,7 +107,15 @@ tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index, tlmrt_tensor
  * pool, the calling thread being one of its threads. A CUDA model takes host buffers here too: it
  * copies them to its device arena on its stream, launches the kernels (or replays their CUDA
  * graph), copies the outputs back and synchronizes before returning.
- * Not thread-safe on one model; open one model per thread. */
+ * Threads (since API version 4): a CPU model takes runs from many threads at once. Each run in
+ * flight has an execution context of its own (an arena and argument tables, sharing the weights and
+ * code; made at open for the first run and when runs first overlap, then reused), and the first run
+ * to come takes the thread pool while the others run their kernels on their own calling threads. A
+ * CUDA model takes one run at a time: a second concurrent run returns TLMRT_ERR_BUSY at once.
+ * Fork: a CPU model opened (and run) before fork() runs in the child too: the pool's threads are
+ * started again there, and the pool and contexts that threads of the parent held at the fork are
+ * free in the child. A CUDA model refuses to run in a child with TLMRT_ERR_INCOMPATIBLE (a CUDA
+ * context does not survive fork): open it again in the child. */
 tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inputs, const uint64_t* input_nbytes,
                              void* const* outputs, const uint64_t* output_nbytes);
 
@@ -117,12 +127,12 @@ tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inputs, const ui
  * Device inputs must be ready on the model's stream (tlmrt_model_stream): order the producer's
  * stream before it (DLPack's __dlpack__(stream=...) does) or synchronize the producer first. The
  * call returns when every output has been written (it synchronizes the stream).
- * Not thread-safe on one model. */
+ * Threads and fork as for tlmrt_model_run. */
 tlmrt_status tlmrt_model_run_io(tlmrt_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs);
 
-/* Where output `index` lives in the model's arena after a run: a host pointer for a CPU model, a
- * device pointer on the model's device for a CUDA model. Valid until the next run or close; for
- * zero-copy export of outputs (DLPack). */
+/* Where output `index` lives in the arena of the calling thread's last run of this model: a host
+ * pointer for a CPU model, a device pointer on the model's device for a CUDA model. Valid until the
+ * next run or close; for zero-copy export of outputs (DLPack). */
 tlmrt_status tlmrt_model_output_buffer(tlmrt_model* m, int32_t index, tlmrt_io* out);
 
 /* The CUstream a CUDA model runs on (NULL for a CPU model), so callers can order their own work
@@ -142,8 +152,50 @@ const char* tlmrt_model_device_name(const tlmrt_model* m);
 tlmrt_status tlmrt_dlpack_alloc_cuda(int32_t device_id, uint8_t dtype_code, uint8_t dtype_bits, int32_t ndim,
                                      const int64_t* shape, void** out_managed, void** out_data);
 
-/* A human sentence about the last failure on this model ("" if none). */
+/* A human sentence about why the calling thread's last call on this model failed ("" if it did not).
+ * Kept per thread, so runs on one model from many threads each read their own. Valid until that
+ * thread's next call on a model. */
 const char* tlmrt_model_last_error(const tlmrt_model* m);
+
+/* ---- profiling (since API version 4) ------------------------------------------------------------
+ *
+ * Off by default, and then free: a run reads one flag. On, each run times every step (a kernel call
+ * on the CPU, with CLOCK_MONOTONIC; a kernel launch on CUDA, with CUDA events, launching kernel by
+ * kernel instead of replaying the CUDA graph) and itself (from entry to return of tlmrt_model_run or
+ * tlmrt_model_run_io). run_ns - kernel_ns is the time the runtime spends outside kernels (copies,
+ * checks, launch overhead), io_ns the copies' part of it. A step's time includes the thread pool's
+ * wake-up and join for its parallel loops. Switch profiling between runs. */
+
+typedef struct {
+  int32_t enabled;
+  int32_t num_steps;   /* steps a run makes; for tlmrt_model_get_profile_step */
+  uint64_t runs;       /* successful runs timed since profiling was switched on */
+  uint64_t run_ns;     /* their total wall time */
+  uint64_t kernel_ns;  /* the part of it inside steps (the sum over steps) */
+  uint64_t io_ns;      /* the part of it copying inputs into the arena and outputs out of it (CPU; 0 on
+                          CUDA, whose copies are asynchronous) */
+  uint64_t pool_launches;  /* CPU: parallel launches on the model's thread pool, inside the steps */
+  uint64_t pool_wait_ns;   /* CPU: the calling thread's wait for the workers after its own tasks (wake-up,
+                              join and load imbalance), inside kernel_ns */
+} tlmrt_profile;
+
+typedef struct {
+  const char* kernel;  /* the kernel it calls (owned by the model) */
+  const char* task;    /* the task of the schedule it belongs to (CPU: the same as kernel) */
+  uint64_t calls;
+  uint64_t total_ns;
+  uint64_t last_start_ns;  /* the last timed run: when this step started (ns after the run's start on
+                              the CPU, after the first launch's start on CUDA) and how long it took; a
+                              timeline of one run, for traces */
+  uint64_t last_ns;
+} tlmrt_profile_step;
+
+/* enabled 1: zeroes the counters and starts timing (CUDA: creates the events it needs, which may fail
+ * with the driver's error); 0: stops. */
+tlmrt_status tlmrt_model_set_profiling(tlmrt_model* m, int32_t enabled);
+tlmrt_status tlmrt_model_get_profile(tlmrt_model* m, tlmrt_profile* out);
+/* One step's name and counters; step in 0..num_steps-1, in run order. */
+tlmrt_status tlmrt_model_get_profile_step(tlmrt_model* m, int32_t step, tlmrt_profile_step* out);
 
 void tlmrt_model_close(tlmrt_model* m);
 

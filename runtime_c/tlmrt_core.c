@@ -29,15 +29,52 @@
 /* tlmrt_options as API version 1 callers know it: struct_size, num_threads, verify_files. */
 #define OPTIONS_V1_SIZE 12u
 
+/* What one run in flight owns (the backend's context and the core's tlmrt_io copies of
+ * tlmrt_model_run's buffers); busy while a run holds it. Made at open for the first run, and when runs
+ * overlap, then kept until close, so warm runs allocate nothing. */
+typedef struct {
+  _Atomic uint32_t busy;  /* 0, or the fork count + 1 of the thread running in it */
+  void* backend_ctx;
+  tlmrt_io* host_inputs;
+  tlmrt_io* host_outputs;
+} exec_ctx;
+
+#define MAX_CONTEXTS 64
+
 struct tlmrt_model {
   const tlmrt_backend* backend;
   void* state;
   tlmrt_plan_tables tables;  /* the plan's tensors, inputs and outputs; valid until close */
   int32_t device_id;
-  tlmrt_io* host_inputs;     /* tlmrt_model_run's buffers as tlmrt_io, preallocated */
-  tlmrt_io* host_outputs;
-  char last_error[TLMRT_ERROR_CAP];
+  int32_t max_contexts;      /* the backend's, at most MAX_CONTEXTS */
+  int32_t num_steps;
+  uint64_t id;               /* unique in the process: names the model in the thread records below */
+  _Atomic(exec_ctx*) ctxs[MAX_CONTEXTS];
+  _Atomic int profiling;
+  _Atomic uint64_t prof_runs;
+  _Atomic uint64_t prof_run_ns;
+  tlmrt_step_counter* prof_steps;  /* num_steps, then the I/O copies, then the pool's waits */
 };
+
+static _Atomic uint64_t g_next_model_id = 1;
+
+/* Per thread: the last failure of a call on a model, and the context of its last run there. Errors
+ * live here, not in the model, so that runs on one model from many threads never write one buffer. */
+typedef struct {
+  uint64_t error_model;
+  uint64_t run_model;
+  int32_t run_ctx;
+  char error[TLMRT_ERROR_CAP];
+} thread_record;
+static _Thread_local thread_record tls_record;
+
+/* The calling thread's error buffer, now holding m's last error ("" from here on). */
+static char* claim_error(const tlmrt_model* m) {
+  tls_record.error_model = m->id;
+  tls_record.error[0] = '\0';
+  return tls_record.error;
+}
+#define ERR_CAP sizeof(tls_record.error)
 
 static _Thread_local char tls_open_error[TLMRT_ERROR_CAP];
 
@@ -331,11 +368,101 @@ char* tlmrt_thread_error(size_t* cap) {
   return tls_open_error;
 }
 
+static void ctx_destroy(tlmrt_model* m, exec_ctx* c) {
+  if (c == NULL) return;
+  if (c->backend_ctx != NULL) m->backend->ctx_destroy(m->state, c->backend_ctx);
+  free(c->host_inputs);
+  free(c->host_outputs);
+  free(c);
+}
+
+static tlmrt_status ctx_create(tlmrt_model* m, exec_ctx** out, char* err, size_t cap) {
+  *out = NULL;
+  exec_ctx* c = (exec_ctx*)calloc(1, sizeof(exec_ctx));
+  if (c == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  atomic_init(&c->busy, tlmrt_fork_count() + 1u);
+  size_t ni = m->tables.num_inputs > 0 ? (size_t)m->tables.num_inputs : 1u;
+  size_t no = m->tables.num_outputs > 0 ? (size_t)m->tables.num_outputs : 1u;
+  c->host_inputs = (tlmrt_io*)calloc(ni, sizeof(tlmrt_io));
+  c->host_outputs = (tlmrt_io*)calloc(no, sizeof(tlmrt_io));
+  if (c->host_inputs == NULL || c->host_outputs == NULL) {
+    ctx_destroy(m, c);
+    return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  tlmrt_status s = m->backend->ctx_create(m->state, &c->backend_ctx, err, cap);
+  if (s != TLMRT_OK) {
+    ctx_destroy(m, c);
+    return s;
+  }
+  *out = c;
+  return TLMRT_OK;
+}
+
+/* A free context for one run (busy from here on until ctx_release), made when every one is busy. */
+static tlmrt_status ctx_acquire(tlmrt_model* m, exec_ctx** out, int32_t* out_index, char* err, size_t cap) {
+  /* A context marked with an older fork count was in use by a thread of a parent process, which
+   * does not exist here: it is free. */
+  uint32_t mine = tlmrt_fork_count() + 1u;
+  for (int32_t i = 0; i < m->max_contexts; ++i) {
+    exec_ctx* c = atomic_load_explicit(&m->ctxs[i], memory_order_acquire);
+    if (c == NULL) break;
+    uint32_t held = 0;
+    int got = atomic_compare_exchange_strong_explicit(&c->busy, &held, mine, memory_order_acquire,
+                                                      memory_order_relaxed);
+    if (!got && held != mine) {
+      got = atomic_compare_exchange_strong_explicit(&c->busy, &held, mine, memory_order_acquire,
+                                                    memory_order_relaxed);
+    }
+    if (got) {
+      *out = c;
+      *out_index = i;
+      return TLMRT_OK;
+    }
+  }
+  if (atomic_load_explicit(&m->ctxs[m->max_contexts - 1], memory_order_acquire) == NULL) {
+    exec_ctx* c = NULL;
+    tlmrt_status s = ctx_create(m, &c, err, cap);
+    if (s != TLMRT_OK) return s;
+    for (int32_t i = 0; i < m->max_contexts; ++i) {
+      exec_ctx* expected = NULL;
+      if (atomic_compare_exchange_strong_explicit(&m->ctxs[i], &expected, c, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+        *out = c;
+        *out_index = i;
+        return TLMRT_OK;
+      }
+    }
+    ctx_destroy(m, c);
+  }
+  if (m->max_contexts == 1) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_BUSY,
+                        "another thread is running this model; a %s model takes one run at a time: open "
+                        "one model per thread, or wait for the other run",
+                        m->backend->name);
+  }
+  return tlmrt_errorf(err, cap, TLMRT_ERR_BUSY,
+                      "%d runs of this model are in flight already, the most it takes at once; open "
+                      "another model or wait for one of them",
+                      m->max_contexts);
+}
+
+static void ctx_release(exec_ctx* c) { atomic_store_explicit(&c->busy, 0u, memory_order_release); }
+
 TLMRT_EXPORT void tlmrt_model_close(tlmrt_model* m) {
   if (m == NULL) return;
-  if (m->backend != NULL && m->state != NULL) m->backend->close(m->state);
-  free(m->host_inputs);
-  free(m->host_outputs);
+  for (int32_t i = 0; i < MAX_CONTEXTS; ++i) {
+    ctx_destroy(m, atomic_load_explicit(&m->ctxs[i], memory_order_acquire));
+  }
+  if (m->backend != NULL && m->state != NULL) {
+    if (m->backend->set_profiling != NULL && atomic_load(&m->profiling)) {
+      char ignored[TLMRT_ERROR_CAP];
+      m->backend->set_profiling(m->state, 0, ignored, sizeof(ignored));
+    }
+    m->backend->close(m->state);
+  }
+  if (tls_record.error_model == m->id) tls_record.error_model = 0;
+  if (tls_record.run_model == m->id) tls_record.run_model = 0;
+  free(m->prof_steps);
   free(m);
 }
 
@@ -394,14 +521,26 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
   if (m == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   m->backend = o.device_type == TLMRT_DEVICE_CUDA ? &tlmrt_backend_cuda : &tlmrt_backend_cpu;
   m->device_id = o.device_id;
+  m->id = atomic_fetch_add(&g_next_model_id, 1u);
+  m->max_contexts = m->backend->max_contexts < 1            ? 1
+                    : m->backend->max_contexts > MAX_CONTEXTS ? MAX_CONTEXTS
+                                                              : m->backend->max_contexts;
+  for (int32_t i = 0; i < MAX_CONTEXTS; ++i) atomic_init(&m->ctxs[i], NULL);
+  atomic_init(&m->profiling, 0);
+  atomic_init(&m->prof_runs, 0u);
+  atomic_init(&m->prof_run_ns, 0u);
   s = m->backend->open(dir, &o, &m->state, &m->tables, err, cap);
   if (s == TLMRT_OK) {
-    size_t ni = m->tables.num_inputs > 0 ? (size_t)m->tables.num_inputs : 1u;
-    size_t no = m->tables.num_outputs > 0 ? (size_t)m->tables.num_outputs : 1u;
-    m->host_inputs = (tlmrt_io*)calloc(ni, sizeof(tlmrt_io));
-    m->host_outputs = (tlmrt_io*)calloc(no, sizeof(tlmrt_io));
-    if (m->host_inputs == NULL || m->host_outputs == NULL) {
-      s = tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+    m->num_steps = m->backend->num_steps(m->state);
+    m->prof_steps = (tlmrt_step_counter*)calloc((size_t)m->num_steps + 2u, sizeof(tlmrt_step_counter));
+    if (m->prof_steps == NULL) s = tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  if (s == TLMRT_OK) {
+    exec_ctx* first = NULL;
+    s = ctx_create(m, &first, err, cap);
+    if (s == TLMRT_OK) {
+      ctx_release(first);
+      atomic_store(&m->ctxs[0], first);
     }
   }
   if (s != TLMRT_OK) {
@@ -417,7 +556,9 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
 TLMRT_EXPORT int32_t tlmrt_model_num_inputs(const tlmrt_model* m) { return m ? m->tables.num_inputs : 0; }
 TLMRT_EXPORT int32_t tlmrt_model_num_outputs(const tlmrt_model* m) { return m ? m->tables.num_outputs : 0; }
 
-TLMRT_EXPORT const char* tlmrt_model_last_error(const tlmrt_model* m) { return m ? m->last_error : ""; }
+TLMRT_EXPORT const char* tlmrt_model_last_error(const tlmrt_model* m) {
+  return (m != NULL && tls_record.error_model == m->id) ? tls_record.error : "";
+}
 
 TLMRT_EXPORT const char* tlmrt_model_device_name(const tlmrt_model* m) {
   return m ? m->backend->describe(m->state) : "";
@@ -427,12 +568,13 @@ TLMRT_EXPORT void* tlmrt_model_stream(const tlmrt_model* m) { return m ? m->back
 
 static tlmrt_status io_info(tlmrt_model* m, const char* kind, int32_t count, const tlmrt_plan_io* ios,
                             int32_t index, tlmrt_tensor_info* out) {
+  char* err = claim_error(m);
   if (out == NULL) {
-    return tlmrt_errorf(m->last_error, sizeof(m->last_error), TLMRT_ERR_INVALID_ARGUMENT,
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
                         "%s info: expected an output pointer, found NULL", kind);
   }
   if (index < 0 || index >= count) {
-    return tlmrt_errorf(m->last_error, sizeof(m->last_error), TLMRT_ERR_INVALID_ARGUMENT,
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
                         "%s index: expected 0..%d, found %d", kind, count - 1, index);
   }
   const tlmrt_plan_tensor* t = &m->tables.tensors[ios[index].tensor];
@@ -458,16 +600,19 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index,
 
 TLMRT_EXPORT tlmrt_status tlmrt_model_output_buffer(tlmrt_model* m, int32_t index, tlmrt_io* out) {
   if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
   if (out == NULL) {
-    return tlmrt_errorf(m->last_error, sizeof(m->last_error), TLMRT_ERR_INVALID_ARGUMENT,
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
                         "output buffer: expected a tlmrt_io pointer, found NULL");
   }
   if (index < 0 || index >= m->tables.num_outputs) {
-    return tlmrt_errorf(m->last_error, sizeof(m->last_error), TLMRT_ERR_INVALID_ARGUMENT,
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
                         "output index: expected 0..%d, found %d", m->tables.num_outputs - 1, index);
   }
+  int32_t k = tls_record.run_model == m->id ? tls_record.run_ctx : 0;
+  exec_ctx* c = atomic_load_explicit(&m->ctxs[k], memory_order_acquire);
   memset(out, 0, sizeof(*out));
-  m->backend->output_buffer(m->state, index, out);
+  m->backend->output_buffer(m->state, c->backend_ctx, index, out);
   return TLMRT_OK;
 }
 
@@ -477,10 +622,9 @@ static const char* device_word(int32_t device_type) {
   return device_type == TLMRT_DEVICE_CUDA ? "cuda" : device_type == TLMRT_DEVICE_CPU ? "cpu" : "unknown";
 }
 
-static tlmrt_status check_io(tlmrt_model* m, const char* kind, int32_t count, const tlmrt_plan_io* ios,
+static tlmrt_status check_io(tlmrt_model* m, char* err, const char* kind, int32_t count, const tlmrt_plan_io* ios,
                              const tlmrt_io* bufs, int allow_skip) {
-  char* err = m->last_error;
-  size_t cap = sizeof(m->last_error);
+  size_t cap = ERR_CAP;
   if (count > 0 && bufs == NULL) {
     return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT, "%ss: expected %d buffers, found NULL", kind, count);
   }
@@ -514,25 +658,10 @@ static tlmrt_status check_io(tlmrt_model* m, const char* kind, int32_t count, co
   return TLMRT_OK;
 }
 
-/* allow_skip: an output with data NULL and nbytes 0 stays in the arena (run_io); else it is a mistake. */
-static tlmrt_status run_checked(tlmrt_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs, int allow_skip) {
-  tlmrt_status s = check_io(m, "input", m->tables.num_inputs, m->tables.inputs, inputs, 0);
-  if (s != TLMRT_OK) return s;
-  s = check_io(m, "output", m->tables.num_outputs, m->tables.outputs, outputs, allow_skip);
-  if (s != TLMRT_OK) return s;
-  return m->backend->run(m->state, inputs, outputs, m->last_error, sizeof(m->last_error));
-}
-
-TLMRT_EXPORT tlmrt_status tlmrt_model_run_io(tlmrt_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs) {
-  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
-  m->last_error[0] = '\0';
-  return run_checked(m, inputs, outputs, 1);
-}
-
-static tlmrt_status host_buffers(tlmrt_model* m, const char* kind, int32_t count, const void* const* ptrs,
+static tlmrt_status host_buffers(char* err, const char* kind, int32_t count, const void* const* ptrs,
                                  const uint64_t* nbytes, tlmrt_io* out) {
   if (count > 0 && (ptrs == NULL || nbytes == NULL)) {
-    return tlmrt_errorf(m->last_error, sizeof(m->last_error), TLMRT_ERR_INVALID_ARGUMENT,
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
                         "%ss: expected %d buffers and their sizes, found a NULL %s", kind, count,
                         ptrs == NULL ? "buffer array" : "size array");
   }
@@ -545,15 +674,118 @@ static tlmrt_status host_buffers(tlmrt_model* m, const char* kind, int32_t count
   return TLMRT_OK;
 }
 
+/* One run: takes a context, checks the buffers, takes a context, runs, and times it when profiling is on. Host buffers
+ * (tlmrt_model_run) come as ptrs/nbytes and are turned into the context's tlmrt_io arrays; run_io's
+ * come as tlmrt_io. allow_skip: an output with data NULL and nbytes 0 stays in the arena (run_io). */
+static tlmrt_status run_model(tlmrt_model* m, int host, const tlmrt_io* inputs, const tlmrt_io* outputs, const void* const* in_ptrs,
+                              const uint64_t* in_nbytes, void* const* out_ptrs, const uint64_t* out_nbytes,
+                              int allow_skip) {
+  int prof = atomic_load_explicit(&m->profiling, memory_order_relaxed);
+  uint64_t t0 = prof ? tlmrt_now_ns() : 0;
+  char* err = claim_error(m);
+  exec_ctx* c = NULL;
+  int32_t index = 0;
+  tlmrt_status s = ctx_acquire(m, &c, &index, err, ERR_CAP);
+  if (s != TLMRT_OK) return s;
+  if (host) {
+    s = host_buffers(err, "input", m->tables.num_inputs, in_ptrs, in_nbytes, c->host_inputs);
+    if (s == TLMRT_OK) {
+      s = host_buffers(err, "output", m->tables.num_outputs, (const void* const*)out_ptrs, out_nbytes,
+                       c->host_outputs);
+    }
+    inputs = c->host_inputs;
+    outputs = c->host_outputs;
+  }
+  if (s == TLMRT_OK) s = check_io(m, err, "input", m->tables.num_inputs, m->tables.inputs, inputs, 0);
+  if (s == TLMRT_OK) s = check_io(m, err, "output", m->tables.num_outputs, m->tables.outputs, outputs, allow_skip);
+  if (s == TLMRT_OK) {
+    s = m->backend->run(m->state, c->backend_ctx, inputs, outputs, prof ? m->prof_steps : NULL, err, ERR_CAP);
+  }
+  tls_record.run_model = m->id;
+  tls_record.run_ctx = index;
+  ctx_release(c);
+  if (prof && s == TLMRT_OK) {
+    atomic_fetch_add_explicit(&m->prof_runs, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->prof_run_ns, tlmrt_now_ns() - t0, memory_order_relaxed);
+  }
+  return s;
+}
+
+TLMRT_EXPORT tlmrt_status tlmrt_model_run_io(tlmrt_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  return run_model(m, 0, inputs, outputs, NULL, NULL, NULL, NULL, 1);
+}
+
 TLMRT_EXPORT tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inputs,
                                           const uint64_t* input_nbytes, void* const* outputs,
                                           const uint64_t* output_nbytes) {
   if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
-  m->last_error[0] = '\0';
-  tlmrt_status s = host_buffers(m, "input", m->tables.num_inputs, inputs, input_nbytes, m->host_inputs);
-  if (s != TLMRT_OK) return s;
-  s = host_buffers(m, "output", m->tables.num_outputs, (const void* const*)outputs, output_nbytes,
-                   m->host_outputs);
-  if (s != TLMRT_OK) return s;
-  return run_checked(m, m->host_inputs, m->host_outputs, 0);
+  return run_model(m, 1, NULL, NULL, inputs, input_nbytes, outputs, output_nbytes, 0);
+}
+
+/* ---- profiling -------------------------------------------------------------------------------- */
+
+TLMRT_EXPORT tlmrt_status tlmrt_model_set_profiling(tlmrt_model* m, int32_t enabled) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  if (enabled != 0 && enabled != 1) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "enabled: expected 0 or 1, found %d", enabled);
+  }
+  int was = atomic_load(&m->profiling);
+  if (enabled && !was && m->backend->set_profiling != NULL) {
+    tlmrt_status s = m->backend->set_profiling(m->state, 1, err, ERR_CAP);
+    if (s != TLMRT_OK) return s;
+  }
+  if (enabled) {
+    for (int32_t i = 0; i <= m->num_steps + 1; ++i) {
+      atomic_store_explicit(&m->prof_steps[i].calls, 0u, memory_order_relaxed);
+      atomic_store_explicit(&m->prof_steps[i].ns, 0u, memory_order_relaxed);
+      atomic_store_explicit(&m->prof_steps[i].last_start, 0u, memory_order_relaxed);
+      atomic_store_explicit(&m->prof_steps[i].last_ns, 0u, memory_order_relaxed);
+    }
+    atomic_store_explicit(&m->prof_runs, 0u, memory_order_relaxed);
+    atomic_store_explicit(&m->prof_run_ns, 0u, memory_order_relaxed);
+  }
+  atomic_store(&m->profiling, enabled);
+  if (!enabled && was && m->backend->set_profiling != NULL) {
+    return m->backend->set_profiling(m->state, 0, err, ERR_CAP);
+  }
+  return TLMRT_OK;
+}
+
+TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile(tlmrt_model* m, tlmrt_profile* out) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  if (out == NULL) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "profile: expected a pointer, found NULL");
+  }
+  memset(out, 0, sizeof(*out));
+  out->enabled = atomic_load(&m->profiling);
+  out->num_steps = m->num_steps;
+  out->runs = atomic_load_explicit(&m->prof_runs, memory_order_relaxed);
+  out->run_ns = atomic_load_explicit(&m->prof_run_ns, memory_order_relaxed);
+  for (int32_t i = 0; i < m->num_steps; ++i) out->kernel_ns += atomic_load_explicit(&m->prof_steps[i].ns, memory_order_relaxed);
+  out->io_ns = atomic_load_explicit(&m->prof_steps[m->num_steps].ns, memory_order_relaxed);
+  out->pool_launches = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].calls, memory_order_relaxed);
+  out->pool_wait_ns = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].ns, memory_order_relaxed);
+  return TLMRT_OK;
+}
+
+TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile_step(tlmrt_model* m, int32_t step, tlmrt_profile_step* out) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  if (out == NULL) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "profile step: expected a pointer, found NULL");
+  }
+  if (step < 0 || step >= m->num_steps) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "step: expected 0..%d, found %d",
+                        m->num_steps - 1, step);
+  }
+  memset(out, 0, sizeof(*out));
+  m->backend->step_name(m->state, step, &out->kernel, &out->task);
+  out->calls = atomic_load_explicit(&m->prof_steps[step].calls, memory_order_relaxed);
+  out->total_ns = atomic_load_explicit(&m->prof_steps[step].ns, memory_order_relaxed);
+  out->last_start_ns = atomic_load_explicit(&m->prof_steps[step].last_start, memory_order_relaxed);
+  out->last_ns = atomic_load_explicit(&m->prof_steps[step].last_ns, memory_order_relaxed);
+  return TLMRT_OK;
 }

@@ -4,29 +4,42 @@
  *
  * TVM's LLVM kernels call the runtime through global function-pointer variables in the model
  * library (__TVMBackendParallelLaunch, __TVMBackendAllocWorkspace, __TVMBackendFreeWorkspace and,
- * for kernels with barriers, __TVMBackendParallelBarrier). cpu_create (at open) stores the functions
- * below into those variables, as TVM's own loader does.
+ * for kernels with barriers, __TVMBackendParallelBarrier). cpu_open stores the functions below into
+ * those variables, as TVM's own loader does.
  *
  * The launch hook has no context parameter, so the pool it uses is found through a thread-local
- * pointer: a run sets it to the model's pool on the calling thread for the duration of the run and
- * restores the previous value afterwards (a kernel library's call does the same with its pool:
- * tlmrt_kernels.c, through tlmrt_cpu_pool_enter/leave). A launch on a thread with
- * no current pool (a kernel called outside tlmrt_model_run, a nested launch from inside a parallel
- * task, a launch from a worker) runs its tasks one after another on the calling thread.
+ * pointer: a run that holds the model's pool sets it on the calling thread for the duration of the
+ * run (tlmrt_cpu_pool_enter/leave; a kernel library's call does the same). A launch on a thread with
+ * no current pool (a kernel called outside a run, a nested launch from inside a parallel task, a
+ * launch from a worker, a run while another thread holds the pool) runs its tasks one after another
+ * on the calling thread.
  *
  * Pool: N threads in total, the caller being thread 0 and N-1 workers. Task i of a launch with n
  * tasks runs on thread i % N, so with n <= N (the usual case: TVM asks for num_task = 0, meaning N)
- * every task has its own thread and parallel barriers work. Every worker acknowledges every launch,
- * even one that gives it no task, so no worker can lag a launch behind. Waiting (workers for work,
- * the caller for completion) spins for TLMRT_CPU_SPIN iterations (a pause each, a sched_yield every
- * 32nd, so a preempted peer gets the core) before sleeping on a condvar. A pool with more threads
- * than online cores does not spin at all.
+ * every task has its own thread and parallel barriers work. A launch writes the job, then bumps a
+ * generation counter; each worker runs its tasks and stores that generation into its own
+ * cache-line-sized slot, which the caller reads (no counter that every worker writes). Every worker
+ * acknowledges every launch, even one that gives it no task, so no worker can lag a launch behind.
+ * Waiting (workers for work, the caller for the workers) spins for at most TLMRT_CPU_SPIN_NS with a
+ * pause instruction, then sleeps on a futex; a pool with more threads than online cores does not
+ * spin. Only a launch that finds sleeping workers makes a system call to wake them.
+ *
+ * Fork: a child process has none of its parent's threads. A pthread_atfork child handler bumps a
+ * process-wide fork count; a pool started under an older count rebuilds its workers the next time a
+ * run takes it (so a model run before fork() runs in the child too). Whoever holds the pool (and a
+ * run context, tlmrt_core.c) marks it with its fork count + 1, so a mark of an older count, left by
+ * a parent's thread that was mid-run at the fork, is void in the child.
+ *
+ * Workspace: TVM kernels take scratch memory through __TVMBackendAllocWorkspace and give it back in
+ * reverse order. Each thread keeps one 64-byte-aligned stack for it that grows to the high-water
+ * mark of the first runs, so warm runs allocate nothing.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* syscall */
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -34,14 +47,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #include "tlmrt_internal.h"
 
-#ifndef TLMRT_CPU_SPIN
-#define TLMRT_CPU_SPIN 4096
+#ifndef TLMRT_CPU_SPIN_NS
+#define TLMRT_CPU_SPIN_NS 50000 /* 50 us: longer than the gap between two kernels of a run */
 #endif
 #define TLMRT_CPU_MAX_THREADS 1024
+#define SPIN_CLOCK_EVERY 64      /* pauses between two looks at the clock */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -51,56 +70,112 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* One iteration of a spin-wait. */
-static inline void spin_pause(int i) {
-  if ((i & 31) == 31) {
-    sched_yield();
-  } else {
-    cpu_relax();
-  }
+uint64_t tlmrt_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+/* ---- futex: sleep until a 32-bit word changes ------------------------------------------------- */
+
+static void futex_wait(_Atomic uint32_t* word, uint32_t expected) {
+#ifdef __linux__
+  syscall(SYS_futex, (uint32_t*)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+  (void)word;
+  (void)expected;
+  sched_yield();
+#endif
+}
+
+static void futex_wake_all(_Atomic uint32_t* word) {
+#ifdef __linux__
+  syscall(SYS_futex, (uint32_t*)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+  (void)word;
+#endif
+}
+
+/* ---- fork ------------------------------------------------------------------------------------- */
+
+static _Atomic uint32_t g_fork_count = 0;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+/* Two models of one artifact share one dlopen'ed library, so its hook variables may already be
+ * filled, and kernels of the first model may be reading them: write only a slot that differs, and
+ * let only one thread at a time look. Held across fork() so a child never inherits it locked. */
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void atfork_prepare(void) { pthread_mutex_lock(&hook_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&hook_lock); }
+static void atfork_child(void) {
+  atomic_fetch_add(&g_fork_count, 1u);
+  pthread_mutex_unlock(&hook_lock);
+}
+static void atfork_register(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+uint32_t tlmrt_fork_count(void) {
+  pthread_once(&g_atfork_once, atfork_register);
+  return atomic_load_explicit(&g_fork_count, memory_order_acquire);
+}
+
+/* ---- the pool --------------------------------------------------------------------------------- */
+
+/* One worker's acknowledgement, alone on its cache line. */
+typedef struct {
+  _Alignas(64) _Atomic uint32_t done;  /* the last generation this worker finished */
+} cpu_slot;
+_Static_assert(sizeof(cpu_slot) == 64, "one cache line per worker slot");
 
 typedef struct {
   tlmrt_cpu_pool* pool;
-  int index;  /* 1..N-1 */
+  int index;            /* 1..N-1 */
+  uint32_t start_gen;   /* the generation when it was started: launches before it are not its own */
   pthread_t thread;
 } cpu_worker;
 
 typedef struct {
   _Atomic int count;
   _Atomic uint32_t generation;
-  int spin;  /* the pool's spin count */
+  uint64_t spin_ns;
 } cpu_barrier;
 
 struct tlmrt_cpu_pool {
-  int num_threads;  /* N, the caller included */
-  int num_started;  /* workers actually running */
-  int spin;         /* spin iterations before sleeping: TLMRT_CPU_SPIN, or 0 when oversubscribed */
-  cpu_worker* workers;
+  int num_threads;     /* N, the caller included */
+  int num_started;     /* workers running now; 0 runs every launch serially */
+  uint64_t spin_ns;    /* spin budget before sleeping: TLMRT_CPU_SPIN_NS, or 0 when oversubscribed */
+  uint32_t fork_count; /* tlmrt_fork_count() when the workers were started */
+  cpu_worker* workers; /* N-1 */
+  cpu_slot* slots;     /* N-1, 64-byte aligned */
 
-  /* The current launch; written by the caller before it bumps `generation`. */
-  tlmrt_parallel_lambda flambda;
-  void* cdata;
-  int num_task;
+  int dynamic;         /* the library has no barrier hook: threads claim tasks (see cpu_parallel_launch) */
+
+  /* The current launch; written by the caller before it bumps `generation`. Atomics (relaxed) only
+   * because a lagging worker of a dynamic pool may read them while the next launch writes them; it
+   * then finds the ticket of another generation and uses none of it. */
+  _Atomic(tlmrt_parallel_lambda) flambda;
+  _Atomic(void*) cdata;
+  _Atomic int num_task;
   void* sync_handle;
-  int stop;
+  _Atomic int stop;
 
   _Alignas(64) _Atomic uint32_t generation;
-  _Alignas(64) _Atomic int remaining;  /* workers yet to acknowledge the launch */
-  _Atomic int failed;
-  _Alignas(64) _Atomic int sleepers;   /* workers asleep on wake_cv */
+  _Alignas(64) _Atomic int sleepers;          /* workers asleep (or about to be) on `generation` */
+  _Alignas(64) _Atomic uint32_t done_word;    /* bumped by a worker that finishes while the caller sleeps */
   _Atomic int caller_sleeping;
+  _Atomic int failed;
+  _Alignas(64) _Atomic uint64_t ticket;       /* dynamic: generation << 32 | the next task to claim */
+  _Alignas(64) _Atomic uint32_t tasks_done;   /* dynamic: tasks of this launch finished */
+  _Alignas(64) _Atomic uint32_t in_use;       /* 0, or the fork count + 1 of the thread that holds it */
+  tlmrt_step_counter* wait_prof;               /* profiling: launches and the caller's wait for workers */
   _Alignas(64) cpu_barrier barrier;
-
-  pthread_mutex_t mu;
-  pthread_cond_t wake_cv;
-  pthread_cond_t done_cv;
 };
 
 /* The pool that __TVMBackendParallelLaunch uses on this thread; see the comment at the top. */
 static _Thread_local tlmrt_cpu_pool* tls_current_pool = NULL;
-
-/* ---- hooks ------------------------------------------------------------------------------------ */
+/* While a run goes without the pool because another thread holds it: the task count its launches of
+ * num_task 0 get, the pool's size (for a library without barriers), so they split their loops as a
+ * run with the pool does and compute the same bits. 0 otherwise: such launches get one task. */
+static _Thread_local int tls_serial_tasks = 0;
 
 static int run_tasks(tlmrt_parallel_lambda flambda, void* cdata, int first, int step, int n,
                      void* sync_handle) {
@@ -112,90 +187,187 @@ static int run_tasks(tlmrt_parallel_lambda flambda, void* cdata, int first, int 
   return failed;
 }
 
-static void worker_wait_done(tlmrt_cpu_pool* pool) {
-  if (atomic_fetch_sub(&pool->remaining, 1) == 1 && atomic_load(&pool->caller_sleeping)) {
-    pthread_mutex_lock(&pool->mu);
-    pthread_cond_signal(&pool->done_cv);
-    pthread_mutex_unlock(&pool->mu);
+static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
+  uint32_t g;
+  if (pool->spin_ns > 0) {
+    uint64_t deadline = 0;
+    for (unsigned i = 0;; ++i) {
+      g = atomic_load_explicit(&pool->generation, memory_order_acquire);
+      if (g != seen) return g;
+      cpu_relax();
+      if (i % SPIN_CLOCK_EVERY == 0) {
+        uint64_t now = tlmrt_now_ns();
+        if (deadline == 0) {
+          deadline = now + pool->spin_ns;
+        } else if (now >= deadline) {
+          break;
+        }
+      }
+    }
+  }
+  for (;;) {
+    atomic_fetch_add(&pool->sleepers, 1);  /* seq_cst: pairs with pool_publish's load of sleepers */
+    g = atomic_load(&pool->generation);
+    if (g == seen) futex_wait(&pool->generation, seen);
+    atomic_fetch_sub(&pool->sleepers, 1);
+    g = atomic_load_explicit(&pool->generation, memory_order_acquire);
+    if (g != seen) return g;
   }
 }
 
-static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
-  for (int i = 0; i < pool->spin; ++i) {
-    uint32_t g = atomic_load_explicit(&pool->generation, memory_order_acquire);
-    if (g != seen) return g;
-    spin_pause(i);
+/* Dynamic pools: claims tasks of launch g one at a time until none is left (or the launch is over),
+ * and runs them. The thread that finishes the last task wakes a sleeping caller. */
+static void claim_and_run(tlmrt_cpu_pool* pool, uint32_t g) {
+  tlmrt_parallel_lambda flambda = atomic_load_explicit(&pool->flambda, memory_order_relaxed);
+  void* cdata = atomic_load_explicit(&pool->cdata, memory_order_relaxed);
+  uint32_t n = (uint32_t)atomic_load_explicit(&pool->num_task, memory_order_relaxed);
+  uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  for (;;) {
+    if ((uint32_t)(t >> 32) != g || (uint32_t)t >= n) return;
+    if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1u, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+      continue;  /* t now holds the ticket's current value */
+    }
+    tlmrt_parallel_env env = {NULL, (int32_t)n};
+    if (flambda((int)(uint32_t)t, &env, cdata) != 0) atomic_store_explicit(&pool->failed, 1, memory_order_relaxed);
+    if (atomic_fetch_add(&pool->tasks_done, 1u) + 1u == n && atomic_load(&pool->caller_sleeping)) {
+      futex_wake_all(&pool->tasks_done);
+    }
+    t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
   }
-  pthread_mutex_lock(&pool->mu);
-  atomic_fetch_add(&pool->sleepers, 1);
-  uint32_t g;
-  while ((g = atomic_load(&pool->generation)) == seen) pthread_cond_wait(&pool->wake_cv, &pool->mu);
-  atomic_fetch_sub(&pool->sleepers, 1);
-  pthread_mutex_unlock(&pool->mu);
-  return g;
 }
 
 static void* worker_main(void* arg) {
   cpu_worker* self = (cpu_worker*)arg;
   tlmrt_cpu_pool* pool = self->pool;
-  uint32_t seen = 0;
+  cpu_slot* slot = &pool->slots[self->index - 1];
+  uint32_t seen = self->start_gen;
   for (;;) {
     seen = worker_wait_work(pool, seen);
     if (pool->stop) break;
-    if (run_tasks(pool->flambda, pool->cdata, self->index, pool->num_threads, pool->num_task,
-                  pool->sync_handle)) {
-      atomic_store(&pool->failed, 1);
+    if (pool->dynamic) {
+      claim_and_run(pool, seen);
+      continue;
     }
-    worker_wait_done(pool);
+    if (run_tasks(atomic_load_explicit(&pool->flambda, memory_order_relaxed),
+                  atomic_load_explicit(&pool->cdata, memory_order_relaxed), self->index, pool->num_threads,
+                  atomic_load_explicit(&pool->num_task, memory_order_relaxed), pool->sync_handle)) {
+      atomic_store_explicit(&pool->failed, 1, memory_order_relaxed);
+    }
+    atomic_store(&slot->done, seen);  /* seq_cst: pairs with the caller's caller_sleeping */
+    if (atomic_load(&pool->caller_sleeping)) {
+      atomic_fetch_add(&pool->done_word, 1u);
+      futex_wake_all(&pool->done_word);
+    }
   }
   return NULL;
 }
 
-/* Publishes the job fields written just before (seq_cst pairs with the worker's sleeper count). */
-static void pool_publish(tlmrt_cpu_pool* pool, int always_broadcast) {
-  atomic_fetch_add(&pool->generation, 1u);
-  if (always_broadcast || atomic_load(&pool->sleepers) > 0) {
-    pthread_mutex_lock(&pool->mu);
-    pthread_cond_broadcast(&pool->wake_cv);
-    pthread_mutex_unlock(&pool->mu);
-  }
+/* Publishes the job fields written just before; wakes sleeping workers (all of them to stop). */
+static uint32_t pool_publish(tlmrt_cpu_pool* pool, int always_wake) {
+  uint32_t g = atomic_fetch_add(&pool->generation, 1u) + 1u;  /* seq_cst, release for the job */
+  if (always_wake || atomic_load(&pool->sleepers) > 0) futex_wake_all(&pool->generation);
+  return g;
 }
 
-static void pool_wait_workers(tlmrt_cpu_pool* pool) {
-  for (int i = 0; i < pool->spin; ++i) {
-    if (atomic_load_explicit(&pool->remaining, memory_order_acquire) == 0) return;
-    spin_pause(i);
+static int all_done(tlmrt_cpu_pool* pool, int* cursor, uint32_t g) {
+  int n = pool->num_started;
+  while (*cursor < n && atomic_load_explicit(&pool->slots[*cursor].done, memory_order_acquire) == g) ++*cursor;
+  return *cursor == n;
+}
+
+static void pool_wait_workers(tlmrt_cpu_pool* pool, uint32_t g) {
+  int cursor = 0;
+  if (all_done(pool, &cursor, g)) return;
+  if (pool->spin_ns > 0) {
+    uint64_t deadline = tlmrt_now_ns() + pool->spin_ns;
+    for (unsigned i = 1;; ++i) {
+      cpu_relax();
+      if (all_done(pool, &cursor, g)) return;
+      if (i % SPIN_CLOCK_EVERY == 0 && tlmrt_now_ns() >= deadline) break;
+    }
   }
-  pthread_mutex_lock(&pool->mu);
   atomic_store(&pool->caller_sleeping, 1);
-  while (atomic_load(&pool->remaining) != 0) pthread_cond_wait(&pool->done_cv, &pool->mu);
+  for (;;) {
+    uint32_t w = atomic_load(&pool->done_word);
+    if (all_done(pool, &cursor, g)) break;
+    futex_wait(&pool->done_word, w);
+  }
   atomic_store(&pool->caller_sleeping, 0);
-  pthread_mutex_unlock(&pool->mu);
 }
 
+/* Dynamic pools: the caller waits until every task of launch g is done (spin, then futex). */
+static void pool_wait_tasks(tlmrt_cpu_pool* pool, uint32_t n) {
+  if (atomic_load_explicit(&pool->tasks_done, memory_order_acquire) == n) return;
+  if (pool->spin_ns > 0) {
+    uint64_t deadline = tlmrt_now_ns() + pool->spin_ns;
+    for (unsigned i = 1;; ++i) {
+      cpu_relax();
+      if (atomic_load_explicit(&pool->tasks_done, memory_order_acquire) == n) return;
+      if (i % SPIN_CLOCK_EVERY == 0 && tlmrt_now_ns() >= deadline) break;
+    }
+  }
+  atomic_store(&pool->caller_sleeping, 1);
+  for (;;) {
+    uint32_t d = atomic_load(&pool->tasks_done);
+    if (d == n) break;
+    futex_wait(&pool->tasks_done, d);
+  }
+  atomic_store(&pool->caller_sleeping, 0);
+}
+
+/* Two ways to share a launch's n tasks among the N threads:
+ *   static (a library with a barrier hook): task i runs on thread i % N, so with n <= N all tasks run
+ *     at once and a barrier between them works; the caller waits for every worker's acknowledgement.
+ *   dynamic (no barrier hook, so no task waits for another): every thread, the caller included,
+ *     claims the next task from a ticket (generation and index in one word) until none is left, and
+ *     the caller waits only until all n are done. A worker the OS has not scheduled yet costs
+ *     nothing: the others take its tasks, and it finds the launch over when it comes. */
 static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int num_task) {
   if (flambda == NULL || num_task < 0) return -1;
   tlmrt_cpu_pool* pool = tls_current_pool;
   if (pool == NULL || pool->num_started == 0) {
     /* No pool here (or a pool of one): run serially. A barrier cannot work with n > 1 here. */
-    int n = num_task == 0 ? 1 : num_task;
-    return run_tasks(flambda, cdata, 0, 1, n, NULL) ? -1 : 0;
+    int n = num_task != 0 ? num_task : tls_serial_tasks > 0 ? tls_serial_tasks : 1;
+    int saved = tls_serial_tasks;
+    tls_serial_tasks = 0;  /* a nested launch gets one task, as it does under the pool */
+    int failed = run_tasks(flambda, cdata, 0, 1, n, NULL);
+    tls_serial_tasks = saved;
+    return failed ? -1 : 0;
   }
   int n = num_task == 0 ? pool->num_threads : num_task;
-  pool->flambda = flambda;
-  pool->cdata = cdata;
-  pool->num_task = n;
-  pool->sync_handle = n <= pool->num_threads ? (void*)&pool->barrier : NULL;
-  atomic_store_explicit(&pool->barrier.count, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool->flambda, flambda, memory_order_relaxed);
+  atomic_store_explicit(&pool->cdata, cdata, memory_order_relaxed);
+  atomic_store_explicit(&pool->num_task, n, memory_order_relaxed);
   atomic_store_explicit(&pool->failed, 0, memory_order_relaxed);
-  atomic_store_explicit(&pool->remaining, pool->num_started, memory_order_relaxed);
-  pool_publish(pool, 0);
-
-  tls_current_pool = NULL;  /* a nested launch from task 0 runs serially */
-  int failed = run_tasks(flambda, cdata, 0, pool->num_threads, n, pool->sync_handle);
-  tls_current_pool = pool;
-  pool_wait_workers(pool);
-  return (failed || atomic_load(&pool->failed)) ? -1 : 0;
+  uint64_t t0 = pool->wait_prof != NULL ? tlmrt_now_ns() : 0;
+  int failed;
+  if (pool->dynamic) {
+    uint32_t g = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1u;
+    atomic_store_explicit(&pool->tasks_done, 0u, memory_order_relaxed);
+    atomic_store_explicit(&pool->ticket, (uint64_t)g << 32, memory_order_release);
+    pool_publish(pool, 0);
+    tls_current_pool = NULL;  /* a nested launch from a task runs serially */
+    claim_and_run(pool, g);
+    tls_current_pool = pool;
+    if (pool->wait_prof != NULL) t0 = tlmrt_now_ns();
+    pool_wait_tasks(pool, (uint32_t)n);
+    failed = 0;
+  } else {
+    pool->sync_handle = n <= pool->num_threads ? (void*)&pool->barrier : NULL;
+    atomic_store_explicit(&pool->barrier.count, 0, memory_order_relaxed);
+    uint32_t g = pool_publish(pool, 0);
+    tls_current_pool = NULL;  /* a nested launch from task 0 runs serially */
+    failed = run_tasks(flambda, cdata, 0, pool->num_threads, n, pool->sync_handle);
+    tls_current_pool = pool;
+    if (pool->wait_prof != NULL) t0 = tlmrt_now_ns();
+    pool_wait_workers(pool, g);
+  }
+  if (pool->wait_prof != NULL) {
+    atomic_fetch_add_explicit(&pool->wait_prof->calls, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->wait_prof->ns, tlmrt_now_ns() - t0, memory_order_relaxed);
+  }
+  return (failed || atomic_load_explicit(&pool->failed, memory_order_relaxed)) ? -1 : 0;
 }
 
 static int cpu_parallel_barrier(int task_id, tlmrt_parallel_env* penv) {
@@ -210,15 +382,158 @@ static int cpu_parallel_barrier(int task_id, tlmrt_parallel_env* penv) {
     atomic_fetch_add(&b->generation, 1u);
     return 0;
   }
-  /* Tasks wait for each other only briefly here; past the spin count, yield the core each time. */
-  for (int i = 0; atomic_load(&b->generation) == gen; i += i < b->spin) {
-    if (i < b->spin) {
-      spin_pause(i);
+  /* Tasks wait for each other only briefly here; past the spin budget, yield the core each time. */
+  uint64_t deadline = b->spin_ns > 0 ? tlmrt_now_ns() + b->spin_ns : 0;
+  for (unsigned i = 1; atomic_load(&b->generation) == gen; ++i) {
+    if (deadline != 0) {
+      cpu_relax();
+      if (i % SPIN_CLOCK_EVERY == 0 && tlmrt_now_ns() >= deadline) deadline = 0;
     } else {
       sched_yield();
     }
   }
   return 0;
+}
+
+/* Starts workers 1..N-1 (none for N = 1). On failure no worker is left running. */
+static int pool_start_workers(tlmrt_cpu_pool* pool) {
+  int num_workers = pool->num_threads - 1;
+  pool->num_started = 0;
+  pool->stop = 0;
+  pool->fork_count = tlmrt_fork_count();
+  uint32_t g = atomic_load(&pool->generation);
+  atomic_store(&pool->sleepers, 0);
+  atomic_store(&pool->caller_sleeping, 0);
+  for (int i = 0; i < num_workers; ++i) atomic_store(&pool->slots[i].done, g);
+  /* Workers block every signal (they inherit the mask), so signals go to the application's threads. */
+  sigset_t all, saved;
+  sigfillset(&all);
+  int mask_rc = pthread_sigmask(SIG_SETMASK, &all, &saved);
+  int rc = 0;
+  for (int i = 0; i < num_workers && rc == 0; ++i) {
+    pool->workers[i].pool = pool;
+    pool->workers[i].index = i + 1;
+    pool->workers[i].start_gen = g;
+    rc = pthread_create(&pool->workers[i].thread, NULL, worker_main, &pool->workers[i]);
+    if (rc == 0) pool->num_started = i + 1;
+  }
+  if (mask_rc == 0) pthread_sigmask(SIG_SETMASK, &saved, NULL);
+  if (rc != 0) {
+    int started = pool->num_started;
+    pool->stop = 1;
+    pool_publish(pool, 1);
+    for (int i = 0; i < started; ++i) pthread_join(pool->workers[i].thread, NULL);
+    pool->num_started = 0;
+  }
+  return rc;
+}
+
+void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
+  if (pool == NULL) return;
+  /* In a forked child the workers are the parent's: there is nothing to stop or join. */
+  if (pool->num_started > 0 && pool->fork_count == tlmrt_fork_count()) {
+    pool->stop = 1;
+    pool_publish(pool, 1);
+    for (int i = 0; i < pool->num_started; ++i) pthread_join(pool->workers[i].thread, NULL);
+  }
+  free(pool->slots);
+  free(pool->workers);
+  free(pool);
+}
+
+static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, tlmrt_cpu_pool** out, char* err,
+                                size_t err_cap) {
+  *out = NULL;
+  tlmrt_cpu_pool* pool = (tlmrt_cpu_pool*)tlmrt_alloc_aligned(sizeof(tlmrt_cpu_pool));
+  if (pool == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  memset(pool, 0, sizeof(*pool));
+  pool->num_threads = num_threads;
+  pool->spin_ns = spin_ns;
+  pool->dynamic = dynamic;
+  pool->barrier.spin_ns = spin_ns;
+  atomic_init(&pool->generation, 0u);
+  atomic_init(&pool->sleepers, 0);
+  atomic_init(&pool->done_word, 0u);
+  atomic_init(&pool->caller_sleeping, 0);
+  atomic_init(&pool->failed, 0);
+  atomic_init(&pool->in_use, 0u);
+  atomic_init(&pool->ticket, 0u);
+  atomic_init(&pool->tasks_done, 0u);
+  atomic_init(&pool->flambda, NULL);
+  atomic_init(&pool->cdata, NULL);
+  atomic_init(&pool->num_task, 0);
+  atomic_init(&pool->barrier.count, 0);
+  atomic_init(&pool->barrier.generation, 0u);
+  int num_workers = num_threads - 1;
+  if (num_workers > 0) {
+    pool->workers = (cpu_worker*)calloc((size_t)num_workers, sizeof(cpu_worker));
+    pool->slots = (cpu_slot*)tlmrt_alloc_aligned((uint64_t)num_workers * sizeof(cpu_slot));
+    if (pool->workers == NULL || pool->slots == NULL) {
+      tlmrt_cpu_pool_destroy(pool);
+      return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < num_workers; ++i) atomic_init(&pool->slots[i].done, 0u);
+  }
+  int rc = pool_start_workers(pool);
+  if (rc != 0) {
+    tlmrt_cpu_pool_destroy(pool);
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot start %d worker threads: %s",
+                        num_workers, strerror(rc));
+  }
+  *out = pool;
+  return TLMRT_OK;
+}
+
+/* ---- workspace: a per-thread stack ------------------------------------------------------------ */
+
+/* Each block is preceded by a 64-byte header. Blocks come back in reverse order in TVM's code; one
+ * that comes back early is marked and popped with the block above it. A block that does not fit
+ * comes from the heap, and the stack grows to the high-water mark once it is empty again. */
+typedef struct {
+  uint64_t below;  /* offset of the block below this one's header, or UINT64_MAX */
+  uint32_t kind;   /* WS_STACK, WS_HEAP */
+  uint32_t freed;
+} ws_header;
+enum { WS_STACK = 0x57537431u, WS_HEAP = 0x57534850u };
+#define WS_HEADER 64u
+#define WS_MIN_CAP (64u * 1024u)
+
+typedef struct {
+  uint8_t* base;
+  uint64_t cap;
+  uint64_t top;       /* bytes in use */
+  uint64_t last;      /* offset of the top block's header, or UINT64_MAX */
+  uint64_t want;      /* high-water mark, heap blocks included */
+  uint64_t heap_live; /* heap blocks not yet freed */
+} ws_stack;
+
+static _Thread_local ws_stack tls_ws = {NULL, 0, 0, UINT64_MAX, 0, 0};
+static pthread_key_t g_ws_key;
+static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
+static int g_ws_key_ok = 0;
+
+static void ws_thread_exit(void* base) { free(base); }
+static void ws_key_create(void) { g_ws_key_ok = pthread_key_create(&g_ws_key, ws_thread_exit) == 0; }
+
+/* The key's destructor lives in this library: delete it before the library is unloaded. */
+__attribute__((destructor)) static void ws_key_delete(void) {
+  if (g_ws_key_ok) pthread_key_delete(g_ws_key);
+}
+
+static void ws_grow(ws_stack* ws) {
+  if (ws->top != 0 || ws->heap_live != 0 || ws->want <= ws->cap) return;
+  uint64_t cap = ws->want < WS_MIN_CAP ? WS_MIN_CAP : ws->want + ws->want / 4u;
+  uint8_t* base = (uint8_t*)tlmrt_alloc_aligned(cap);
+  if (base == NULL) return;  /* keep the old stack; the heap serves what does not fit */
+  pthread_once(&g_ws_once, ws_key_create);
+  /* Without the key the buffer would leak at thread exit: keep serving from the heap. */
+  if (!g_ws_key_ok || pthread_setspecific(g_ws_key, base) != 0) {
+    free(base);
+    return;
+  }
+  free(ws->base);
+  ws->base = base;
+  ws->cap = cap;
 }
 
 static void* cpu_alloc_workspace(int device_type, int device_id, uint64_t nbytes, int dtype_code_hint,
@@ -227,100 +542,59 @@ static void* cpu_alloc_workspace(int device_type, int device_id, uint64_t nbytes
   (void)device_id;
   (void)dtype_code_hint;
   (void)dtype_bits_hint;
-  if (nbytes > (uint64_t)SIZE_MAX - TLMRT_ALIGNMENT) return NULL;
-  size_t size = ((size_t)nbytes + TLMRT_ALIGNMENT - 1u) & ~(size_t)(TLMRT_ALIGNMENT - 1u);
-  if (size == 0) size = TLMRT_ALIGNMENT;
-  return aligned_alloc(TLMRT_ALIGNMENT, size);
+  if (nbytes > UINT64_MAX / 2u || nbytes > (uint64_t)SIZE_MAX / 2u) return NULL;
+  uint64_t size = WS_HEADER + ((nbytes + TLMRT_ALIGNMENT - 1u) & ~(uint64_t)(TLMRT_ALIGNMENT - 1u));
+  ws_stack* ws = &tls_ws;
+  uint64_t want = ws->top + size;
+  if (want > ws->want) ws->want = want;
+  ws_header* h;
+  if (ws->base != NULL && size <= ws->cap - ws->top) {
+    h = (ws_header*)(ws->base + ws->top);
+    h->below = ws->last;
+    h->kind = WS_STACK;
+    h->freed = 0;
+    ws->last = ws->top;
+    ws->top += size;
+  } else {
+    h = (ws_header*)tlmrt_alloc_aligned(size);
+    if (h == NULL) return NULL;
+    h->below = UINT64_MAX;
+    h->kind = WS_HEAP;
+    h->freed = 0;
+    ws->heap_live += 1;
+  }
+  return (uint8_t*)h + WS_HEADER;
 }
 
 static int cpu_free_workspace(int device_type, int device_id, void* ptr) {
   (void)device_type;
   (void)device_id;
-  free(ptr);
+  if (ptr == NULL) return 0;
+  ws_stack* ws = &tls_ws;
+  ws_header* h = (ws_header*)((uint8_t*)ptr - WS_HEADER);
+  if (h->kind == WS_HEAP) {
+    h->kind = 0;
+    free(h);
+    ws->heap_live -= 1;
+  } else if (h->kind == WS_STACK && ws->base != NULL && (uint8_t*)h >= ws->base &&
+             (uint8_t*)h < ws->base + ws->top) {
+    h->freed = 1;
+    /* Pop every freed block from the top. */
+    while (ws->last != UINT64_MAX) {
+      ws_header* top = (ws_header*)(ws->base + ws->last);
+      if (!top->freed) break;
+      top->kind = 0;
+      ws->top = ws->last;
+      ws->last = top->below;
+    }
+  } else {
+    return -1;  /* not a block of this thread's workspace */
+  }
+  ws_grow(ws);
   return 0;
 }
 
-/* ---- backend ---------------------------------------------------------------------------------- */
-
-void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
-  if (pool == NULL) return;
-  if (pool->num_started > 0) {
-    pool->stop = 1;
-    pool_publish(pool, 1);
-    for (int i = 0; i < pool->num_started; ++i) pthread_join(pool->workers[i].thread, NULL);
-  }
-  pthread_cond_destroy(&pool->done_cv);
-  pthread_cond_destroy(&pool->wake_cv);
-  pthread_mutex_destroy(&pool->mu);
-  free(pool->workers);
-  free(pool);
-}
-
-static tlmrt_status pool_create(int num_threads, int spin, tlmrt_cpu_pool** out, char* err,
-                                size_t err_cap) {
-  *out = NULL;
-  tlmrt_cpu_pool* pool = (tlmrt_cpu_pool*)aligned_alloc(64, sizeof(tlmrt_cpu_pool));
-  if (pool == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
-  memset(pool, 0, sizeof(*pool));
-  pool->num_threads = num_threads;
-  pool->spin = spin;
-  pool->barrier.spin = spin;
-  atomic_init(&pool->generation, 0u);
-  atomic_init(&pool->remaining, 0);
-  atomic_init(&pool->failed, 0);
-  atomic_init(&pool->sleepers, 0);
-  atomic_init(&pool->caller_sleeping, 0);
-  atomic_init(&pool->barrier.count, 0);
-  atomic_init(&pool->barrier.generation, 0u);
-  int rc = pthread_mutex_init(&pool->mu, NULL);
-  if (rc == 0) {
-    rc = pthread_cond_init(&pool->wake_cv, NULL);
-    if (rc == 0) {
-      rc = pthread_cond_init(&pool->done_cv, NULL);
-      if (rc != 0) pthread_cond_destroy(&pool->wake_cv);
-    }
-    if (rc != 0) pthread_mutex_destroy(&pool->mu);
-  }
-  if (rc != 0) {
-    free(pool);
-    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
-                        "cannot create the thread pool's mutex or condition variables: %s",
-                        strerror(rc));
-  }
-  int num_workers = num_threads - 1;
-  if (num_workers > 0) {
-    pool->workers = (cpu_worker*)calloc((size_t)num_workers, sizeof(cpu_worker));
-    if (pool->workers == NULL) {
-      tlmrt_cpu_pool_destroy(pool);
-      return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-  }
-  /* Workers block every signal (they inherit the mask), so signals go to the application's threads. */
-  sigset_t all, saved;
-  sigfillset(&all);
-  int mask_rc = pthread_sigmask(SIG_SETMASK, &all, &saved);
-  rc = 0;
-  for (int i = 0; i < num_workers && rc == 0; ++i) {
-    pool->workers[i].pool = pool;
-    pool->workers[i].index = i + 1;
-    rc = pthread_create(&pool->workers[i].thread, NULL, worker_main, &pool->workers[i]);
-    if (rc == 0) pool->num_started = i + 1;
-  }
-  if (mask_rc == 0) pthread_sigmask(SIG_SETMASK, &saved, NULL);
-  if (rc != 0) {
-    int started = pool->num_started;
-    tlmrt_cpu_pool_destroy(pool);
-    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot start worker thread %d of %d: %s",
-                        started + 1, num_workers, strerror(rc));
-  }
-  *out = pool;
-  return TLMRT_OK;
-}
-
-/* Two models of one artifact share one dlopen'ed library, so its hook variables may already be
- * filled, and kernels of the first model may be reading them: write only a slot that differs, and
- * let only one thread at a time look. This lock is the runtime's one process-wide object. */
-static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+/* ---- hooks into a library, pool start ----------------------------------------------------------- */
 
 /* Stores fn into the model library's function-pointer variable `name`, if the library has one. */
 static void fill_hook(void* dl_handle, const char* name, const void* fn_ptr, size_t fn_size) {
@@ -357,8 +631,11 @@ tlmrt_status tlmrt_cpu_pool_start(int32_t num_threads, void* dl_handle, const ch
                           what, kUnsupported[i]);
     }
   }
+  /* A library whose kernels never wait at a barrier lets threads claim tasks dynamically. */
+  dlerror();
+  int dynamic = dlsym(dl_handle, TLMRT_HOOK_PARALLEL_BARRIER) == NULL;
   tlmrt_cpu_pool* pool = NULL;
-  tlmrt_status status = pool_create((int)n, n <= cores ? TLMRT_CPU_SPIN : 0, &pool, err, err_cap);
+  tlmrt_status status = pool_create((int)n, n <= cores ? TLMRT_CPU_SPIN_NS : 0, dynamic, &pool, err, err_cap);
   if (status != TLMRT_OK) return status;
 
   tlmrt_parallel_launch_fn launch = cpu_parallel_launch;
@@ -374,31 +651,74 @@ tlmrt_status tlmrt_cpu_pool_start(int32_t num_threads, void* dl_handle, const ch
   return TLMRT_OK;
 }
 
+int tlmrt_cpu_pool_threads(const tlmrt_cpu_pool* pool) { return pool->num_threads; }
+
+/* Takes the pool for the calling thread if no other thread holds it, rebuilding its workers first in
+ * a forked child; else launches on this thread run serially until leave. */
 tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
   tlmrt_cpu_pool* previous = tls_current_pool;
+  tls_current_pool = NULL;
+  tls_serial_tasks = 0;
+  if (pool == NULL) return previous;
+  /* A holder marked with an older fork count was a thread of a parent process: it does not exist
+   * here, so its claim is void (the workers are restarted below anyway). */
+  uint32_t mine = tlmrt_fork_count() + 1u;
+  uint32_t held = 0;
+  int got = atomic_compare_exchange_strong_explicit(&pool->in_use, &held, mine, memory_order_acquire,
+                                                    memory_order_relaxed);
+  if (!got && held != mine) {
+    got = atomic_compare_exchange_strong_explicit(&pool->in_use, &held, mine, memory_order_acquire,
+                                                  memory_order_relaxed);
+  }
+  if (!got) {
+    tls_serial_tasks = pool->dynamic ? pool->num_threads : 1;
+    return previous;
+  }
+  if (pool->fork_count != mine - 1u && pool->num_threads > 1) {
+    pool->num_started = 0;  /* the parent's threads: gone here */
+    pool_start_workers(pool);  /* on failure num_started stays 0: launches run serially */
+  }
   tls_current_pool = pool;
   return previous;
 }
 
-void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) { tls_current_pool = previous; }
+void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter) {
+  if (tls_current_pool != NULL) tls_current_pool->wait_prof = counter;
+}
+
+void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) {
+  tlmrt_cpu_pool* held = tls_current_pool;
+  tls_serial_tasks = 0;
+  if (held != NULL) {
+    held->wait_prof = NULL;
+    atomic_store_explicit(&held->in_use, 0u, memory_order_release);
+  }
+  tls_current_pool = previous;
+}
 
 /* ---- the x86 model ---------------------------------------------------------------------------- */
 
 #define MODEL_FILE "x86/model.so"
 
+/* What every run shares: the code, the plan, the weights, the pool. */
 typedef struct {
   void* dl_handle;
   const tlmrt_plan* plan;               /* lives in dl_handle's data; validated at open */
   tlmrt_plan_kernel_error_fn kernel_error;
   tlmrt_cpu_pool* pool;
-  uint8_t* arena;
   tlmrt_weights weights;
-  tlmrt_dltensor* tensors;              /* plan->num_tensors */
   int64_t* shapes;                      /* TLMRT_PLAN_MAX_NDIM per tensor */
-  tlmrt_ffi_any* args;                  /* every step's arguments, one after another */
   size_t* step_first_arg;               /* plan->num_steps */
+  uint64_t total_args;
   char description[64];
 } cpu_model;
+
+/* What one run in flight owns: the activation arena and the kernels' argument tables into it. */
+typedef struct {
+  uint8_t* arena;
+  tlmrt_dltensor* tensors;              /* plan->num_tensors */
+  tlmrt_ffi_any* args;                  /* every step's arguments, one after another */
+} cpu_ctx;
 
 static tlmrt_plan_tables plan_tables(const tlmrt_plan* plan) {
   tlmrt_plan_tables t = {plan->tensors, plan->num_tensors, plan->inputs, plan->num_inputs,
@@ -451,33 +771,69 @@ static tlmrt_status validate_plan(const tlmrt_plan* plan, const tlmrt_weights* w
     }
     total_args += (uint64_t)st->num_args;
   }
+  if (total_args > TLMRT_MAX_PLAN_ENTRIES) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT, "plan: expected at most %d step arguments, found %" PRIu64,
+                        TLMRT_MAX_PLAN_ENTRIES, total_args);
+  }
   *out_total_args = total_args;
   return TLMRT_OK;
 }
 
-static tlmrt_status build_tensors(cpu_model* m, uint64_t total_args, char* err, size_t err_cap) {
+/* The tables every context shares: shapes (the kernels read them, never write) and argument offsets. */
+static tlmrt_status build_shared(cpu_model* m, char* err, size_t err_cap) {
   const tlmrt_plan* plan = m->plan;
   size_t nt = (size_t)plan->num_tensors;
-  m->arena = (uint8_t*)tlmrt_alloc_aligned(plan->arena_bytes);
-  m->tensors = (tlmrt_dltensor*)calloc(nt > 0 ? nt : 1u, sizeof(tlmrt_dltensor));
   m->shapes = (int64_t*)calloc((nt > 0 ? nt : 1u) * TLMRT_PLAN_MAX_NDIM, sizeof(int64_t));
-  m->args = (tlmrt_ffi_any*)calloc(total_args > 0 ? (size_t)total_args : 1u, sizeof(tlmrt_ffi_any));
   m->step_first_arg = (size_t*)calloc(plan->num_steps > 0 ? (size_t)plan->num_steps : 1u, sizeof(size_t));
-  if (m->arena == NULL || m->tensors == NULL || m->shapes == NULL || m->args == NULL ||
-      m->step_first_arg == NULL) {
+  if (m->shapes == NULL || m->step_first_arg == NULL) {
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot allocate the tables for %d tensors",
+                        plan->num_tensors);
+  }
+  for (size_t i = 0; i < nt; ++i) {
+    const tlmrt_plan_tensor* pt = &plan->tensors[i];
+    for (int32_t d = 0; d < pt->ndim; ++d) m->shapes[i * TLMRT_PLAN_MAX_NDIM + (size_t)d] = pt->shape[d];
+  }
+  size_t next = 0;
+  for (int32_t s = 0; s < plan->num_steps; ++s) {
+    m->step_first_arg[s] = next;
+    next += (size_t)plan->steps[s].num_args;
+  }
+  return TLMRT_OK;
+}
+
+static void cpu_ctx_destroy(void* state, void* ctx) {
+  (void)state;
+  cpu_ctx* c = (cpu_ctx*)ctx;
+  if (c == NULL) return;
+  free(c->args);
+  free(c->tensors);
+  free(c->arena);
+  free(c);
+}
+
+static tlmrt_status cpu_ctx_create(void* state, void** out_ctx, char* err, size_t err_cap) {
+  cpu_model* m = (cpu_model*)state;
+  const tlmrt_plan* plan = m->plan;
+  *out_ctx = NULL;
+  size_t nt = (size_t)plan->num_tensors;
+  cpu_ctx* c = (cpu_ctx*)calloc(1, sizeof(cpu_ctx));
+  if (c == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  c->arena = (uint8_t*)tlmrt_alloc_aligned(plan->arena_bytes);
+  c->tensors = (tlmrt_dltensor*)calloc(nt > 0 ? nt : 1u, sizeof(tlmrt_dltensor));
+  c->args = (tlmrt_ffi_any*)calloc(m->total_args > 0 ? (size_t)m->total_args : 1u, sizeof(tlmrt_ffi_any));
+  if (c->arena == NULL || c->tensors == NULL || c->args == NULL) {
+    cpu_ctx_destroy(state, c);
     return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
                         "cannot allocate the arena (%" PRIu64 " bytes) and tables for %d tensors",
                         plan->arena_bytes, plan->num_tensors);
   }
   uint64_t arena_alloc = plan->arena_bytes == 0 ? TLMRT_ALIGNMENT
                                                 : (plan->arena_bytes + TLMRT_ALIGNMENT - 1u) & ~(uint64_t)(TLMRT_ALIGNMENT - 1u);
-  memset(m->arena, 0, (size_t)arena_alloc);
+  memset(c->arena, 0, (size_t)arena_alloc);
   for (size_t i = 0; i < nt; ++i) {
     const tlmrt_plan_tensor* pt = &plan->tensors[i];
-    tlmrt_dltensor* t = &m->tensors[i];
-    uint8_t* base = pt->storage == TLMRT_STORAGE_ARENA ? m->arena : m->weights.data;
-    int64_t* shape = &m->shapes[i * TLMRT_PLAN_MAX_NDIM];
-    for (int32_t d = 0; d < pt->ndim; ++d) shape[d] = pt->shape[d];
+    tlmrt_dltensor* t = &c->tensors[i];
+    uint8_t* base = pt->storage == TLMRT_STORAGE_ARENA ? c->arena : m->weights.data;
     t->data = base + pt->offset;
     t->device.device_type = TLMRT_DL_CPU;
     t->device.device_id = 0;
@@ -485,21 +841,20 @@ static tlmrt_status build_tensors(cpu_model* m, uint64_t total_args, char* err, 
     t->dtype.code = pt->dtype_code;
     t->dtype.bits = pt->dtype_bits;
     t->dtype.lanes = pt->dtype_lanes;
-    t->shape = shape;
+    t->shape = &m->shapes[i * TLMRT_PLAN_MAX_NDIM];
     t->strides = NULL;
     t->byte_offset = 0;
   }
-  size_t next = 0;
   for (int32_t s = 0; s < plan->num_steps; ++s) {
     const tlmrt_plan_step* st = &plan->steps[s];
-    m->step_first_arg[s] = next;
+    tlmrt_ffi_any* any = &c->args[m->step_first_arg[s]];
     for (int32_t a = 0; a < st->num_args; ++a) {
-      tlmrt_ffi_any* any = &m->args[next++];
-      any->type_index = TLMRT_FFI_TYPE_DLTENSOR_PTR;
-      any->zero_padding = 0;
-      any->v.v_ptr = &m->tensors[st->args[a]];
+      any[a].type_index = TLMRT_FFI_TYPE_DLTENSOR_PTR;
+      any[a].zero_padding = 0;
+      any[a].v.v_ptr = &c->tensors[st->args[a]];
     }
   }
+  *out_ctx = c;
   return TLMRT_OK;
 }
 
@@ -510,11 +865,8 @@ static void cpu_close(void* state) {
   tlmrt_cpu_pool_destroy(m->pool);
   if (m->dl_handle != NULL) dlclose(m->dl_handle);
   free(m->step_first_arg);
-  free(m->args);
   free(m->shapes);
-  free(m->tensors);
   free(m->weights.data);
-  free(m->arena);
   free(m);
 }
 
@@ -525,7 +877,8 @@ static void cpu_close(void* state) {
  *      checked are the bytes used);
  *   3. dlopen x86/model.so (RTLD_NOW | RTLD_LOCAL), get the plan, validate all of it, and compare
  *      weights.bin's size and sha256 with the plan's (always, whatever verify_files says);
- *   4. preallocate the arena, one DLTensor per plan tensor and one TVMFFIAny array per step;
+ *   4. build the tables that every run shares (the core then makes the first run's context:
+ *      the arena, one DLTensor per plan tensor and one TVMFFIAny array per step);
  *   5. fill the kernel hooks and start the threads. */
 static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** out_state,
                              tlmrt_plan_tables* tables, char* err, size_t err_cap) {
@@ -579,15 +932,14 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** 
     }
   }
 
-  uint64_t total_args = 0;
-  s = validate_plan(m->plan, &m->weights, &total_args, err, err_cap);
+  s = validate_plan(m->plan, &m->weights, &m->total_args, err, err_cap);
   if (s != TLMRT_OK) goto fail;
-  s = build_tensors(m, total_args, err, err_cap);
+  s = build_shared(m, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   s = tlmrt_cpu_pool_start(opts->num_threads, m->dl_handle, MODEL_FILE, &m->pool, err, err_cap);
   if (s != TLMRT_OK) goto fail;
-  snprintf(m->description, sizeof(m->description), "cpu (%d thread%s)", m->pool->num_threads,
-           m->pool->num_threads == 1 ? "" : "s");
+  int nthreads = tlmrt_cpu_pool_threads(m->pool);
+  snprintf(m->description, sizeof(m->description), "cpu (%d thread%s)", nthreads, nthreads == 1 ? "" : "s");
   *tables = plan_tables(m->plan);
   *out_state = m;
   return TLMRT_OK;
@@ -596,23 +948,34 @@ fail:
   return s;
 }
 
-static tlmrt_status cpu_run(void* state, const tlmrt_io* inputs, const tlmrt_io* outputs, char* err,
-                            size_t err_cap) {
+static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, const tlmrt_io* outputs,
+                            tlmrt_step_counter* prof, char* err, size_t err_cap) {
   cpu_model* m = (cpu_model*)state;
+  cpu_ctx* c = (cpu_ctx*)ctx;
   const tlmrt_plan* plan = m->plan;
+  uint64_t io0 = prof != NULL ? tlmrt_now_ns() : 0;
   for (int32_t i = 0; i < plan->num_inputs; ++i) {
     const tlmrt_plan_tensor* t = &plan->tensors[plan->inputs[i].tensor];
-    if (t->nbytes > 0) memcpy(m->arena + t->offset, inputs[i].data, (size_t)t->nbytes);
+    if (t->nbytes > 0) memcpy(c->arena + t->offset, inputs[i].data, (size_t)t->nbytes);
   }
+  if (prof != NULL) atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);
 
   tlmrt_status s = TLMRT_OK;
-  tlmrt_cpu_pool* saved = tls_current_pool;
-  tls_current_pool = m->pool;
+  tlmrt_cpu_pool* saved = tlmrt_cpu_pool_enter(m->pool);
+  if (prof != NULL) tlmrt_cpu_pool_profile(&prof[plan->num_steps + 1]);
   for (int32_t i = 0; i < plan->num_steps; ++i) {
     const tlmrt_plan_step* st = &plan->steps[i];
     tlmrt_ffi_any result;
     memset(&result, 0, sizeof(result));
-    int32_t rc = st->fn(NULL, &m->args[m->step_first_arg[i]], st->num_args, &result);
+    uint64_t t0 = prof != NULL ? tlmrt_now_ns() : 0;
+    int32_t rc = st->fn(NULL, &c->args[m->step_first_arg[i]], st->num_args, &result);
+    if (prof != NULL) {
+      uint64_t t1 = tlmrt_now_ns();
+      atomic_fetch_add_explicit(&prof[i].calls, 1u, memory_order_relaxed);
+      atomic_fetch_add_explicit(&prof[i].ns, t1 - t0, memory_order_relaxed);
+      atomic_store_explicit(&prof[i].last_start, t0 - io0, memory_order_relaxed);
+      atomic_store_explicit(&prof[i].last_ns, t1 - t0, memory_order_relaxed);
+    }
     if (rc != 0) {
       const char* why = m->kernel_error != NULL ? m->kernel_error() : NULL;
       s = tlmrt_errorf(err, err_cap, TLMRT_ERR_KERNEL, "kernel %.200s (step %d) failed: %s", st->kernel, i,
@@ -620,20 +983,26 @@ static tlmrt_status cpu_run(void* state, const tlmrt_io* inputs, const tlmrt_io*
       break;
     }
   }
-  tls_current_pool = saved;
+  tlmrt_cpu_pool_leave(saved);
   if (s != TLMRT_OK) return s;
 
+  io0 = prof != NULL ? tlmrt_now_ns() : 0;
   for (int32_t i = 0; i < plan->num_outputs; ++i) {
     const tlmrt_plan_tensor* t = &plan->tensors[plan->outputs[i].tensor];
-    if (outputs[i].data != NULL && t->nbytes > 0) memcpy(outputs[i].data, m->arena + t->offset, (size_t)t->nbytes);
+    if (outputs[i].data != NULL && t->nbytes > 0) memcpy(outputs[i].data, c->arena + t->offset, (size_t)t->nbytes);
+  }
+  if (prof != NULL) {
+    atomic_fetch_add_explicit(&prof[plan->num_steps].calls, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);
   }
   return TLMRT_OK;
 }
 
-static void cpu_output_buffer(void* state, int32_t index, tlmrt_io* out) {
+static void cpu_output_buffer(void* state, void* ctx, int32_t index, tlmrt_io* out) {
   cpu_model* m = (cpu_model*)state;
+  cpu_ctx* c = (cpu_ctx*)ctx;
   const tlmrt_plan_tensor* t = &m->plan->tensors[m->plan->outputs[index].tensor];
-  out->data = m->arena + t->offset;
+  out->data = c->arena + t->offset;
   out->nbytes = t->nbytes;
   out->device_type = TLMRT_DEVICE_CPU;
   out->device_id = 0;
@@ -646,6 +1015,20 @@ static void* cpu_stream(void* state) {
 
 static const char* cpu_describe(void* state) { return ((cpu_model*)state)->description; }
 
+static int32_t cpu_num_steps(void* state) { return ((cpu_model*)state)->plan->num_steps; }
+
+static void cpu_step_name(void* state, int32_t step, const char** kernel, const char** task) {
+  const char* name = ((cpu_model*)state)->plan->steps[step].kernel;
+  *kernel = name;
+  *task = name;
+}
+
+/* Many runs of one model at once: each takes a context; the first to come takes the pool, the others
+ * run their kernels on their own threads. */
+#define CPU_MAX_CONTEXTS 64
+
 const tlmrt_backend tlmrt_backend_cpu = {
-    "cpu", TLMRT_DEVICE_CPU, cpu_open, cpu_close, cpu_run, cpu_output_buffer, cpu_stream, cpu_describe,
+    "cpu",          TLMRT_DEVICE_CPU, CPU_MAX_CONTEXTS, cpu_open,      cpu_close,     cpu_ctx_create,
+    cpu_ctx_destroy, cpu_run,          cpu_output_buffer, cpu_stream,  cpu_describe,  cpu_num_steps,
+    cpu_step_name,  NULL,
 };

@@ -55,6 +55,7 @@ typedef struct CUfunc_st* CUfunction;
 typedef struct CUstream_st* CUstream;
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUevent_st* CUevent;
 typedef unsigned long long CUdeviceptr;
 
 enum {
@@ -120,6 +121,11 @@ typedef struct {
   CUresult (*GraphDestroy)(CUgraph);
   CUresult (*LaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                            unsigned int, unsigned int, CUstream, void**, void**);
+  /* Optional (profiling only): NULL when the driver lacks them. */
+  CUresult (*EventCreate)(CUevent*, unsigned int);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*EventDestroy)(CUevent);
 } cuda_api;
 
 #define API_ENTRY(sym, field) {sym, offsetof(cuda_api, field)}
@@ -215,6 +221,24 @@ static void api_load(void) {
     }
     memcpy((char*)&api + kApiSymbols[i].offset, &sym, sizeof(sym));
   }
+  static const struct {
+    const char* symbol;
+    size_t offset;
+  } kOptional[] = {
+      API_ENTRY("cuEventCreate", EventCreate),
+      API_ENTRY("cuEventRecord", EventRecord),
+      API_ENTRY("cuEventElapsedTime", EventElapsedTime),
+      API_ENTRY("cuEventDestroy_v2", EventDestroy),
+  };
+  for (size_t i = 0; i < sizeof(kOptional) / sizeof(kOptional[0]); ++i) {
+    dlerror();
+    void* sym = dlsym(lib, kOptional[i].symbol);
+    memcpy((char*)&api + kOptional[i].offset, &sym, sizeof(sym));
+  }
+  /* CUDA 12.8 added cuEventElapsedTime_v2 (same signature); newer headers map the name to it. */
+  dlerror();
+  void* elapsed_v2 = dlsym(lib, "cuEventElapsedTime_v2");
+  if (elapsed_v2 != NULL) memcpy(&api.EventElapsedTime, &elapsed_v2, sizeof(elapsed_v2));
   g_api = api;
   CUresult r = g_api.Init(0);
   if (r != CUDA_SUCCESS) {
@@ -335,6 +359,8 @@ typedef struct {
   graph_state graph;
   CUgraphExec graph_exec;
   int runs;                       /* successful runs so far */
+  uint32_t fork_count;            /* tlmrt_fork_count() at open: a child process has no CUDA context */
+  CUevent* events;                /* profiling: num_launches + 1 events, NULL while it is off */
   char broken[TLMRT_ERROR_CAP];   /* why the context is unusable ("" while it is fine) */
   char graph_note[160];
   char description[512];
@@ -571,6 +597,11 @@ static void cuda_close(void* state) {
   if (m->ctx != NULL && g_api.CtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
     /* Errors cannot be reported from here; a broken context fails these calls harmlessly. */
     if (m->stream != NULL) g_api.StreamSynchronize(m->stream);
+    if (m->events != NULL) {
+      for (int32_t i = 0; i <= m->plan->num_launches; ++i) {
+        if (m->events[i] != NULL) g_api.EventDestroy(m->events[i]);
+      }
+    }
     if (m->graph_exec != NULL) g_api.GraphExecDestroy(m->graph_exec);
     if (m->stream != NULL) g_api.StreamDestroy(m->stream);
     if (m->block != 0) g_api.MemFree(m->block);
@@ -580,6 +611,7 @@ static void cuda_close(void* state) {
   }
   if (m->ctx_retained) g_api.DevicePrimaryCtxRelease(m->device.dev);
   if (m->dl_handle != NULL) dlclose(m->dl_handle);
+  free(m->events);
   free(m->functions);
   free(m->values);
   free(m->params);
@@ -701,6 +733,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void**
   *out_state = NULL;
   cuda_model* m = (cuda_model*)calloc(1, sizeof(cuda_model));
   if (m == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  m->fork_count = tlmrt_fork_count();
   tlmrt_weights w;
   memset(&w, 0, sizeof(w));
   uint8_t* image = NULL;
@@ -876,8 +909,8 @@ static tlmrt_status copy_failed(cuda_model* m, CUresult r, const char* kind, int
                  r == CUDA_ERROR_INVALID_VALUE ? "; is the buffer on this model's device and large enough?" : NULL);
 }
 
-static tlmrt_status run_on_stream(cuda_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs, char* err,
-                                  size_t cap) {
+static tlmrt_status run_on_stream(cuda_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs, int timed,
+                                  char* err, size_t cap) {
   const tlmrt_cuda_plan* plan = m->plan;
   CUresult r;
   for (int32_t i = 0; i < plan->num_inputs; ++i) {
@@ -889,7 +922,11 @@ static tlmrt_status run_on_stream(cuda_model* m, const tlmrt_io* inputs, const t
             : g_api.MemcpyHtoDAsync(dst, inputs[i].data, (size_t)t->nbytes, m->stream);
     if (r != CUDA_SUCCESS) return copy_failed(m, r, "input", i, plan->inputs[i].name, &inputs[i], err, cap);
   }
-  if (m->graph_exec != NULL) {
+  if (timed) {
+    r = g_api.EventRecord(m->events[0], m->stream);
+    if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuEventRecord (profiling)", NULL);
+  }
+  if (m->graph_exec != NULL && !timed) {
     r = g_api.GraphLaunch(m->graph_exec, m->stream);
     if (r != CUDA_SUCCESS) {
       return cu_sticky(r) ? fault(m, r, "cuGraphLaunch", err, cap)
@@ -910,6 +947,10 @@ static tlmrt_status run_on_stream(cuda_model* m, const tlmrt_io* inputs, const t
                            ? "; the kernel needs more registers or shared memory per block than this GPU has"
                            : NULL);
       }
+      if (timed) {
+        r = g_api.EventRecord(m->events[i + 1], m->stream);
+        if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuEventRecord (profiling)", NULL);
+      }
     }
   }
   for (int32_t i = 0; i < plan->num_outputs; ++i) {
@@ -924,29 +965,108 @@ static tlmrt_status run_on_stream(cuda_model* m, const tlmrt_io* inputs, const t
   return TLMRT_OK;
 }
 
-static tlmrt_status cuda_run(void* state, const tlmrt_io* inputs, const tlmrt_io* outputs, char* err, size_t cap) {
+/* Adds each launch's time between its two events to prof (after the stream has synchronized). */
+static tlmrt_status read_events(cuda_model* m, tlmrt_step_counter* prof, char* err, size_t cap) {
+  for (int32_t i = 0; i < m->plan->num_launches; ++i) {
+    float ms = 0.0f;
+    CUresult r = g_api.EventElapsedTime(&ms, m->events[i], m->events[i + 1]);
+    if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuEventElapsedTime (profiling)", NULL);
+    uint64_t ns = ms > 0.0f ? (uint64_t)((double)ms * 1e6 + 0.5) : 0u;
+    atomic_fetch_add_explicit(&prof[i].calls, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof[i].ns, ns, memory_order_relaxed);
+    float start_ms = 0.0f;
+    if (i > 0 && g_api.EventElapsedTime(&start_ms, m->events[0], m->events[i]) != CUDA_SUCCESS) start_ms = 0.0f;
+    atomic_store_explicit(&prof[i].last_start, start_ms > 0.0f ? (uint64_t)((double)start_ms * 1e6 + 0.5) : 0u,
+                          memory_order_relaxed);
+    atomic_store_explicit(&prof[i].last_ns, ns, memory_order_relaxed);
+  }
+  return TLMRT_OK;
+}
+
+static tlmrt_status cuda_run(void* state, void* ctx, const tlmrt_io* inputs, const tlmrt_io* outputs,
+                             tlmrt_step_counter* prof, char* err, size_t cap) {
   cuda_model* m = (cuda_model*)state;
+  (void)ctx;
+  if (m->fork_count != tlmrt_fork_count()) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_INCOMPATIBLE,
+                        "this CUDA model was opened before fork(), and a CUDA context does not survive fork: "
+                        "open the model again in the child process");
+  }
   if (m->broken[0] != '\0') {
     return tlmrt_errorf(err, cap, TLMRT_ERR_KERNEL, "this model cannot run since an earlier failure: %s", m->broken);
   }
+  int timed = prof != NULL && m->events != NULL;
   CUresult r = g_api.CtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuCtxPushCurrent", NULL);
-  if (m->graph == GRAPH_PENDING && m->runs >= 1) build_graph(m);
-  tlmrt_status s = run_on_stream(m, inputs, outputs, err, cap);
+  if (m->graph == GRAPH_PENDING && m->runs >= 1 && !timed) build_graph(m);
+  tlmrt_status s = run_on_stream(m, inputs, outputs, timed, err, cap);
   /* Always wait: on failure too, so no copy into a caller's buffer is still in flight on return. */
   r = g_api.StreamSynchronize(m->stream);
   if (s == TLMRT_OK && r != CUDA_SUCCESS) {
     s = cu_sticky(r) ? fault(m, r, "cuStreamSynchronize", err, cap)
                      : cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuStreamSynchronize after the launches", NULL);
   }
+  if (s == TLMRT_OK && timed) s = read_events(m, prof, err, cap);
   CUcontext popped;
   g_api.CtxPopCurrent(&popped);
   if (s == TLMRT_OK) ++m->runs;
   return s;
 }
 
-static void cuda_output_buffer(void* state, int32_t index, tlmrt_io* out) {
+/* Profiling on: one event before the first launch and one after each (made once, kept until close). */
+static tlmrt_status cuda_set_profiling(void* state, int on, char* err, size_t cap) {
   cuda_model* m = (cuda_model*)state;
+  if (!on || m->events != NULL) return TLMRT_OK;
+  if (g_api.EventCreate == NULL || g_api.EventRecord == NULL || g_api.EventElapsedTime == NULL ||
+      g_api.EventDestroy == NULL) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_INCOMPATIBLE,
+                        "this NVIDIA driver's libcuda.so.1 lacks the event functions (cuEventCreate, "
+                        "cuEventRecord, cuEventElapsedTime, cuEventDestroy_v2) that kernel timing needs");
+  }
+  int32_t n = m->plan->num_launches + 1;
+  CUevent* events = (CUevent*)calloc((size_t)n, sizeof(CUevent));
+  if (events == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  CUresult r = g_api.CtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS) {
+    free(events);
+    return cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuCtxPushCurrent", NULL);
+  }
+  tlmrt_status s = TLMRT_OK;
+  for (int32_t i = 0; i < n && s == TLMRT_OK; ++i) {
+    r = g_api.EventCreate(&events[i], 0);
+    if (r != CUDA_SUCCESS) {
+      events[i] = NULL;
+      s = cu_fail(err, cap, TLMRT_ERR_OUT_OF_MEMORY, r, "cuEventCreate (profiling)", NULL);
+    }
+  }
+  if (s != TLMRT_OK) {
+    for (int32_t i = 0; i < n; ++i) {
+      if (events[i] != NULL) g_api.EventDestroy(events[i]);
+    }
+    free(events);
+  } else {
+    m->events = events;
+  }
+  CUcontext popped;
+  g_api.CtxPopCurrent(&popped);
+  return s;
+}
+
+static tlmrt_status cuda_ctx_create(void* state, void** out_ctx, char* err, size_t cap) {
+  (void)err;
+  (void)cap;
+  *out_ctx = state;  /* one run at a time (max_contexts 1): the model is its own context */
+  return TLMRT_OK;
+}
+
+static void cuda_ctx_destroy(void* state, void* ctx) {
+  (void)state;
+  (void)ctx;
+}
+
+static void cuda_output_buffer(void* state, void* ctx, int32_t index, tlmrt_io* out) {
+  cuda_model* m = (cuda_model*)state;
+  (void)ctx;
   const tlmrt_plan_tensor* t = &m->plan->tensors[m->plan->outputs[index].tensor];
   out->data = (void*)(uintptr_t)(m->block + t->offset);
   out->nbytes = t->nbytes;
@@ -954,12 +1074,22 @@ static void cuda_output_buffer(void* state, int32_t index, tlmrt_io* out) {
   out->device_id = m->device.ordinal;
 }
 
+static int32_t cuda_num_steps(void* state) { return ((cuda_model*)state)->plan->num_launches; }
+
+static void cuda_step_name(void* state, int32_t step, const char** kernel, const char** task) {
+  const tlmrt_cuda_launch* l = &((cuda_model*)state)->plan->launches[step];
+  *kernel = l->kernel;
+  *task = l->task != NULL ? l->task : l->kernel;
+}
+
 static void* cuda_stream(void* state) { return ((cuda_model*)state)->stream; }
 
 static const char* cuda_describe(void* state) { return ((cuda_model*)state)->description; }
 
 const tlmrt_backend tlmrt_backend_cuda = {
-    "cuda", TLMRT_DEVICE_CUDA, cuda_open, cuda_close, cuda_run, cuda_output_buffer, cuda_stream, cuda_describe,
+    "cuda",           TLMRT_DEVICE_CUDA, 1,           cuda_open,    cuda_close,     cuda_ctx_create,
+    cuda_ctx_destroy, cuda_run,          cuda_output_buffer, cuda_stream, cuda_describe, cuda_num_steps,
+    cuda_step_name,   cuda_set_profiling,
 };
 
 /* ---- DLPack buffers --------------------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #define TLMRT_INTERNAL_H_
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -143,26 +144,50 @@ tlmrt_status tlmrt_open_library(const char* dir, const char* rel, const char* sy
 
 /* ---- backends -------------------------------------------------------------------------------- */
 
+/* Per-step profile counters, added to by concurrent runs (relaxed atomics). */
+typedef struct {
+  _Atomic uint64_t calls;
+  _Atomic uint64_t ns;
+  _Atomic uint64_t last_start;  /* the last timed call: its start (ns from its run's start) and length */
+  _Atomic uint64_t last_ns;
+} tlmrt_step_counter;
+
 /* A backend runs models on one kind of device: the CPU (tlmrt_cpu.c: x86/model.so, TVM's context
  * hooks, a thread pool) or CUDA (tlmrt_cuda.c: cuda/plan.so, cubin/PTX images, the driver API
  * through dlopen). The core (tlmrt_core.c) validates options and caller buffers, answers the
- * queries from the plan's tables, and calls the backend for everything else. */
+ * queries from the plan's tables, hands each run an execution context of its own, and calls the
+ * backend for everything else. */
 typedef struct {
-  const char* name;     /* "cpu", "cuda" */
-  int32_t device_type;  /* TLMRT_DEVICE_* */
+  const char* name;      /* "cpu", "cuda" */
+  int32_t device_type;   /* TLMRT_DEVICE_* */
+  int32_t max_contexts;  /* runs one model can take at once (1: a second concurrent run is BUSY) */
   /* Loads, verifies and validates everything the model needs, so run only copies and launches.
    * Fills *tables (pointing into the plan, valid until close). On failure *out_state is NULL and
    * nothing is left open. */
   tlmrt_status (*open)(const char* dir, const tlmrt_options* opts, void** out_state, tlmrt_plan_tables* tables,
                        char* err, size_t err_cap);
   void (*close)(void* state);
-  /* One run. The core has checked every buffer: sizes match the plan, data is non-NULL (except an
-   * output with data NULL and nbytes 0: leave it in the arena), device buffers are on this model's
-   * device and only given to a backend that takes them. */
-  tlmrt_status (*run)(void* state, const tlmrt_io* inputs, const tlmrt_io* outputs, char* err, size_t err_cap);
-  void (*output_buffer)(void* state, int32_t index, tlmrt_io* out);
+  /* What one run in flight needs for itself (the CPU: an arena and its argument tables), made at open
+   * for the first run and when runs overlap; the weights and the code stay shared. */
+  tlmrt_status (*ctx_create)(void* state, void** out_ctx, char* err, size_t err_cap);
+  void (*ctx_destroy)(void* state, void* ctx);
+  /* One run in ctx. The core has checked every buffer: sizes match the plan, data is non-NULL (except
+   * an output with data NULL and nbytes 0: leave it in the arena), device buffers are on this
+   * model's device and only given to a backend that takes them. prof (num_steps + 1 counters) is NULL
+   * unless profiling is on: then each step's calls and nanoseconds are added to prof[step], and the
+   * time spent copying inputs in and outputs out to prof[num_steps] (a backend that cannot tell,
+   * CUDA with its asynchronous copies, leaves it alone), and the thread pool's launches and the
+   * caller's wait for its workers to prof[num_steps + 1] (CPU). */
+  tlmrt_status (*run)(void* state, void* ctx, const tlmrt_io* inputs, const tlmrt_io* outputs,
+                      tlmrt_step_counter* prof, char* err, size_t err_cap);
+  void (*output_buffer)(void* state, void* ctx, int32_t index, tlmrt_io* out);
   void* (*stream)(void* state);
   const char* (*describe)(void* state);
+  /* The steps a run makes (CPU: kernel calls; CUDA: kernel launches), and their names. */
+  int32_t (*num_steps)(void* state);
+  void (*step_name)(void* state, int32_t step, const char** kernel, const char** task);
+  /* Prepares (on = 1) or drops (0) what timing needs beyond a clock (CUDA: events); NULL if nothing. */
+  tlmrt_status (*set_profiling)(void* state, int on, char* err, size_t err_cap);
 } tlmrt_backend;
 
 extern const tlmrt_backend tlmrt_backend_cpu;
@@ -178,9 +203,20 @@ typedef struct tlmrt_cpu_pool tlmrt_cpu_pool;
 tlmrt_status tlmrt_cpu_pool_start(int32_t num_threads, void* dl_handle, const char* what, tlmrt_cpu_pool** out,
                                   char* err, size_t err_cap);
 void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool);
-/* Makes `pool` the one the launch hook uses on the calling thread; returns the previous one, which
- * the caller restores with tlmrt_cpu_pool_leave when its kernels are done. */
+/* Makes `pool` the one the launch hook uses on the calling thread if no other thread holds it (else
+ * launches run serially on this thread); returns the previous one, which the caller restores with
+ * tlmrt_cpu_pool_leave when its kernels are done. In a forked child it first restarts the workers. */
 tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool);
 void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous);
+int tlmrt_cpu_pool_threads(const tlmrt_cpu_pool* pool);
+/* While the calling thread holds a pool (after enter), counts its launches and the time it waits
+ * for the workers after its own tasks into *counter; leave stops it. */
+void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t tlmrt_now_ns(void);
+/* How many times this process has been forked into being (0 in the original process): an object made
+ * under another count belongs to a parent whose threads and device contexts are not here. */
+uint32_t tlmrt_fork_count(void);
 
 #endif /* TLMRT_INTERNAL_H_ */

@@ -2,6 +2,9 @@
 
 tests/c/fake_plan.c stands in for x86/model.so (TVM kernels + generated plan); tests/c/test_runtime.c
 drives libtlmrt.so over it and prints what the checks here look at.
+
+With TLMRT_SANITIZE set (e.g. "address,undefined"; tests/c/ci_sanitize.sh does), libtlmrt.so, the test
+programs and the fake model libraries are all built with those sanitizers, and any report fails the test.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_C = ROOT / "runtime_c"
 TESTS_C = ROOT / "tests" / "c"
 CC = os.environ.get("CC", "gcc")
+SANITIZE = os.environ.get("TLMRT_SANITIZE", "")
+SAN_FLAGS = (f"-fsanitize={SANITIZE}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer") if SANITIZE else ()
 N = 1000
 SCALE_OFFSET = 4032
 
@@ -26,8 +31,11 @@ pytestmark = pytest.mark.skipif(shutil.which(CC) is None, reason=f"needs a C com
 
 
 def _cc(*args: str | Path) -> None:
-    proc = subprocess.run([CC, *map(str, args)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([CC, *SAN_FLAGS, *map(str, args)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+needs_plain_build = pytest.mark.skipif(bool(SANITIZE), reason="checks the plain build.sh library, not a sanitized one")
 
 
 def _weights() -> bytes:
@@ -44,6 +52,10 @@ def _sha256(data: bytes) -> str:
 @pytest.fixture(scope="session")
 def lib_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("libtlmrt")
+    if SANITIZE:
+        _cc("-std=c11", "-O1", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-o", out / "libtlmrt.so",
+            *sorted(RUNTIME_C.glob("*.c")), "-lpthread", "-ldl")
+        return out
     proc = subprocess.run(
         ["bash", str(RUNTIME_C / "build.sh"), str(out)], capture_output=True, text=True, timeout=300
     )
@@ -265,6 +277,7 @@ def test_inconsistent_plan_is_refused_with_a_sentence(test_bin, artifact, define
         assert w in msg, msg
 
 
+@needs_plain_build
 def test_library_exports_only_the_public_api(lib_dir):
     nm = shutil.which("nm")
     if nm is None:
@@ -278,6 +291,7 @@ def test_library_exports_only_the_public_api(lib_dir):
     assert all(f"{n}(" in header for n in names), names
 
 
+@needs_plain_build
 def test_build_is_reproducible(lib_dir, tmp_path):
     proc = subprocess.run(
         ["bash", str(RUNTIME_C / "build.sh"), str(tmp_path)], capture_output=True, text=True, timeout=300
@@ -286,6 +300,7 @@ def test_build_is_reproducible(lib_dir, tmp_path):
     assert (tmp_path / "libtlmrt.so").read_bytes() == (lib_dir / "libtlmrt.so").read_bytes()
 
 
+@needs_plain_build
 def test_no_memory_errors_under_valgrind(test_bin, artifact):
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -358,3 +373,27 @@ def test_run_model_example_prints_and_writes_outputs(lib_dir, artifact, tmp_path
     short.write_bytes(bytes(12))
     proc = subprocess.run([str(exe), str(art), str(short)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "input x expects 4000 bytes, the file has 12" in proc.stderr
+
+
+@pytest.fixture(scope="session")
+def threads_bin(lib_dir: Path) -> Path:
+    exe = lib_dir / "test_threads"
+    _cc("-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_C}", TESTS_C / "test_threads.c", "-o", exe,
+        f"-L{lib_dir}", "-ltlmrt", f"-Wl,-rpath,{lib_dir}", "-lpthread")
+    return exe
+
+
+@pytest.mark.parametrize("variant", [(), ("-DFAKE_NO_BARRIER",)], ids=["static-pool", "dynamic-pool"])
+def test_one_model_takes_eight_threads_at_once_and_runs_after_fork(threads_bin, artifact, variant):
+    proc = subprocess.run([str(threads_bin), str(artifact(*variant)), "2", "8", "1000"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "THREADS: 8 threads x 1000 runs" in proc.stdout and "FORK: the child ran the model" in proc.stdout
+    assert "FORK_BUSY: the child forked during runs ran the model" in proc.stdout
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_fake_model_without_barrier_hook_runs_every_task_once(test_bin, artifact, threads):
+    proc = run(test_bin, artifact("-DFAKE_NO_BARRIER"), threads)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ALL_OK" in proc.stdout

@@ -462,6 +462,32 @@ def test_python_load_runs_the_cuda_target_with_numpy_io(artifact, fake_driver):
     np.testing.assert_allclose(out["nograph"], Z, rtol=1e-6)
 
 
+def test_cuda_profile_times_every_launch_with_events_and_bench_reports_it(artifact, fake_driver):
+    out = run_py("""
+        from tlmpack.runtime import bench
+        r = bench.bench(ART, device="cuda", runs=3, warmup=2, profile=True)
+        OUT["kernels"] = [[k.task, k.calls_per_run, k.mean_us] for k in r.profile.kernels]
+        OUT["runs"], OUT["kernel_us"] = r.profile.runs, r.profile.kernel_us
+        OUT["timeline"] = [list(t) for t in r.profile.timeline]
+        with rt.load(ART, device="cuda") as m:
+            lib, h = m._lib, m._handle
+            x = np.arange(6, dtype=np.float32).reshape(2, 3)
+            lib.set_profiling(h, True)
+            m(x=x, k=[3])
+            lib.set_profiling(h, False)
+            for _ in range(3):
+                m(x=x, k=[3])
+            OUT["z"] = m(x=x, k=[3])[1].tolist()
+            OUT["name"] = m.device_name
+    """, artifact, fake_driver)
+    # the fake driver's clock advances exactly 1000 ns a launch: one launch a kernel, 1 us each
+    assert out["runs"] == 3 and out["kernels"] and all(k[1] == 1 and k[2] == 1.0 for k in out["kernels"])
+    assert out["kernel_us"] == len(out["kernels"])
+    assert [t[1] for t in out["timeline"]] == [float(i) for i in range(len(out["timeline"]))]
+    np.testing.assert_allclose(out["z"], Z, rtol=1e-6)
+    assert out["name"].endswith("CUDA graph)")  # profiling launches one by one; the graph comes back after
+
+
 def test_outputs_as_cuda_arrays_and_cuda_inputs_through_dlpack(artifact, fake_driver):
     out = run_py("""
         import ctypes
@@ -585,3 +611,20 @@ def test_fake_artifact_runs_on_a_real_gpu(test_bin, artifact):
             xt = torch.from_numpy(X).cuda()
             (zt,) = m.run_dlpack(["z"], {"x": xt, "k": torch.tensor([3], dtype=torch.int32, device="cuda")})
             np.testing.assert_allclose(torch.from_dlpack(zt).cpu().numpy(), Z, rtol=1e-6)
+
+
+@pytest.mark.cuda
+def test_profile_on_a_real_gpu_times_every_launch_once_a_run(artifact):
+    from tlmpack.runtime import bench
+
+    result = bench.bench(artifact, device="cuda", runs=5, warmup=2, profile=True)
+    prof = result.profile
+    assert prof is not None and prof.runs == 5 and prof.kernels
+    assert all(k.calls_per_run == 1 and k.total_ms > 0 for k in prof.kernels)
+    assert prof.run_us > 0 and prof.kernel_us > 0
+    starts = [t[1] for t in prof.timeline]
+    assert starts == sorted(starts) and starts[0] == 0
+    with rt.load(artifact, device="cuda") as m:  # and the graph path still gives the right answer after it
+        for _ in range(3):
+            _, z = m(x=X, k=K)
+        np.testing.assert_allclose(z, Z, rtol=1e-6)

@@ -222,5 +222,9 @@ from .training.cli import tlm  # noqa: E402  (the dataset commands live in their
 
 main.add_command(tlm)
 
+from .cli_bench import bench  # noqa: E402  (tlmpack bench: tlmpack/runtime/bench.py)
+
+main.add_command(bench)
+
 if __name__ == "__main__":
     main()

@@ -15,7 +15,9 @@
  *
  * Variants for the negative tests: -DFAKE_ABI_VERSION=2, -DFAKE_BAD_OFFSET (y beyond the arena),
  * -DFAKE_MISALIGNED (tmp at a non-multiple of 64), -DFAKE_BAD_ARG (a step argument out of range),
- * -DFAKE_UNSUPPORTED_HOOK (a TVM context hook the runtime does not provide).
+ * -DFAKE_UNSUPPORTED_HOOK (a TVM context hook the runtime does not provide). -DFAKE_NO_BARRIER has no
+ * barrier hook (as most TVM kernels): fake_scale then makes two launches where it waited at a barrier,
+ * and the runtime's pool shares tasks out dynamically.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -75,7 +77,9 @@ typedef struct {
 
 /* Declared as TVM's LLVM codegen declares them: exported, NULL until the loader stores into them. */
 int (*__TVMBackendParallelLaunch)(int (*)(int, FakeParallelEnv*, void*), void*, int) = NULL;
+#ifndef FAKE_NO_BARRIER
 int (*__TVMBackendParallelBarrier)(int, FakeParallelEnv*) = NULL;
+#endif
 void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = NULL;
 int (*__TVMBackendFreeWorkspace)(int, int, void*) = NULL;
 #ifdef FAKE_UNSUPPORTED_HOOK
@@ -142,7 +146,20 @@ static int scale_lambda(int task_id, FakeParallelEnv* penv, void* cdata) {
   int begin = task_id * chunk;
   int end = begin + chunk < FAKE_N ? begin + chunk : FAKE_N;
   for (int i = begin; i < end; ++i) c->ws[i] = c->tmp[i] * c->scale;
+#ifdef FAKE_NO_BARRIER
+  return 0;
+}
+
+static int reverse_lambda(int task_id, FakeParallelEnv* penv, void* cdata) {
+  ScaleClosure* c = (ScaleClosure*)cdata;
+  int n = penv->num_task;
+  if (n < 1 || task_id < 0 || task_id >= n) return 1;
+  int chunk = (FAKE_N + n - 1) / n;
+  int begin = task_id * chunk;
+  int end = begin + chunk < FAKE_N ? begin + chunk : FAKE_N;
+#else
   if (__TVMBackendParallelBarrier(task_id, penv) != 0) return 1;
+#endif
   for (int i = begin; i < end; ++i) c->y[i] = c->ws[FAKE_N - 1 - i];
   return 0;
 }
@@ -159,8 +176,12 @@ int32_t fake_scale(void* self, const void* packed_args, int32_t num_args, void* 
   if (tmp == NULL || scale == NULL || y == NULL || hits == NULL) {
     return raise("fake_scale: argument check failed");
   }
+#ifdef FAKE_NO_BARRIER
+  if (__TVMBackendParallelLaunch == NULL || __TVMBackendAllocWorkspace == NULL || __TVMBackendFreeWorkspace == NULL) {
+#else
   if (__TVMBackendParallelLaunch == NULL || __TVMBackendParallelBarrier == NULL ||
       __TVMBackendAllocWorkspace == NULL || __TVMBackendFreeWorkspace == NULL) {
+#endif
     return raise("fake_scale: the loader did not fill the hooks");
   }
   float* ws = (float*)__TVMBackendAllocWorkspace(1, 0, FAKE_N * sizeof(float), 2, 32);
@@ -168,6 +189,9 @@ int32_t fake_scale(void* self, const void* packed_args, int32_t num_args, void* 
   memset(hits, 0, FAKE_HITS * sizeof(int32_t));
   ScaleClosure c = {tmp, scale[0], ws, y, hits};
   int rc = __TVMBackendParallelLaunch(scale_lambda, &c, 0);
+#ifdef FAKE_NO_BARRIER
+  if (rc == 0) rc = __TVMBackendParallelLaunch(reverse_lambda, &c, 0);
+#endif
   if (__TVMBackendFreeWorkspace(1, 0, ws) != 0) return raise("fake_scale: free workspace failed");
   return rc == 0 ? 0 : raise("fake_scale: a parallel task failed");
 }

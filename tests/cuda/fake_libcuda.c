@@ -19,7 +19,8 @@
  * kernels of fake_kernels.cu (add_w, scale_k) run on the CPU over their grid and block; a graph
  * records its launches (with copies of the argument values) and replays them. scale_k with
  * k[0] == -1 faults like the real kernel: a sticky CUDA_ERROR_ILLEGAL_ADDRESS from then on.
- * fake_cuda_stats() reports counters for the tests.
+ * fake_cuda_stats() reports counters for the tests. Events read a fake clock that each kernel launch
+ * (direct or in a graph) advances by exactly 1000 ns, so profiles are deterministic.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -79,6 +80,8 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_initialized = 0;
 static int g_sticky = 0;
 static int g_launches = 0, g_graph_launches = 0, g_live_allocs = 0, g_ctx_refs = 0, g_modules = 0, g_streams = 0;
+static int g_events = 0;
+static uint64_t g_clock_ns = 0;
 
 static int env_int(const char* name, int dflt) {
   const char* v = getenv(name);
@@ -631,6 +634,7 @@ EXPORT CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, u
     return OK;
   }
   __atomic_add_fetch(&g_launches, 1, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&g_clock_ns, 1000u, __ATOMIC_SEQ_CST);
   return run_node(&nd);
 }
 
@@ -642,8 +646,64 @@ EXPORT CUresult cuGraphLaunch(void* exec, void* stream) {
   if (r != OK) return r;
   if (e == NULL || e->magic != EXEC_MAGIC) return E_INVALID_HANDLE;
   __atomic_add_fetch(&g_graph_launches, 1, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&g_clock_ns, 1000u * (uint64_t)e->num_nodes, __ATOMIC_SEQ_CST);
   for (int i = 0; i < e->num_nodes && r == OK; ++i) r = run_node(&e->nodes[i]);
   return r;
+}
+
+/* ---- events: the fake clock ---------------------------------------------------------------------- */
+
+#define EVENT_MAGIC 0x45564e54
+typedef struct {
+  int magic;
+  int recorded;
+  uint64_t ns;
+} fake_event;
+
+EXPORT CUresult cuEventCreate(void** out, unsigned flags) {
+  ENTER("cuEventCreate");
+  NEED_CONTEXT();
+  if (out == NULL || flags > 15u) return E_INVALID_VALUE;
+  fake_event* e = (fake_event*)calloc(1, sizeof(fake_event));
+  if (e == NULL) return E_OUT_OF_MEMORY;
+  e->magic = EVENT_MAGIC;
+  __atomic_add_fetch(&g_events, 1, __ATOMIC_SEQ_CST);
+  *out = e;
+  return OK;
+}
+
+EXPORT CUresult cuEventRecord(void* event, void* stream) {
+  ENTER("cuEventRecord");
+  NEED_CONTEXT();
+  fake_event* e = (fake_event*)event;
+  CUresult r = stream_ok(stream);
+  if (r != OK) return r;
+  if (e == NULL || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+  e->recorded = 1;
+  e->ns = __atomic_load_n(&g_clock_ns, __ATOMIC_SEQ_CST);
+  return OK;
+}
+
+EXPORT CUresult cuEventElapsedTime(float* ms, void* start, void* end) {
+  ENTER("cuEventElapsedTime");
+  NEED_CONTEXT();
+  fake_event* a = (fake_event*)start;
+  fake_event* b = (fake_event*)end;
+  if (ms == NULL || a == NULL || b == NULL || a->magic != EVENT_MAGIC || b->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+  if (!a->recorded || !b->recorded) return E_INVALID_HANDLE;
+  *ms = (float)((double)(int64_t)(b->ns - a->ns) / 1e6);
+  return OK;
+}
+
+EXPORT CUresult cuEventDestroy_v2(void* event) {
+  ENTER_RELEASE("cuEventDestroy_v2");
+  NEED_CONTEXT();
+  fake_event* e = (fake_event*)event;
+  if (e == NULL || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+  e->magic = 0;
+  free(e);
+  __atomic_sub_fetch(&g_events, 1, __ATOMIC_SEQ_CST);
+  return RELEASED();
 }
 
 /* ---- for the tests ----------------------------------------------------------------------------- */

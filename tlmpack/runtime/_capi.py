@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from tlmpack.runtime.errors import (
@@ -43,6 +44,7 @@ ERR_ARTIFACT = 3
 ERR_INCOMPATIBLE = 4
 ERR_KERNEL = 5
 ERR_OUT_OF_MEMORY = 6
+ERR_BUSY = 7  # API version 4: the model takes no more concurrent runs now
 
 # device types (DLPack's kDLCPU, kDLCUDA)
 DEVICE_CPU = 1
@@ -51,7 +53,7 @@ DEVICE_CUDA = 2
 STATUS_NAMES = {
     OK: "TLMRT_OK", ERR_INVALID_ARGUMENT: "TLMRT_ERR_INVALID_ARGUMENT", ERR_IO: "TLMRT_ERR_IO",
     ERR_ARTIFACT: "TLMRT_ERR_ARTIFACT", ERR_INCOMPATIBLE: "TLMRT_ERR_INCOMPATIBLE",
-    ERR_KERNEL: "TLMRT_ERR_KERNEL", ERR_OUT_OF_MEMORY: "TLMRT_ERR_OUT_OF_MEMORY",
+    ERR_KERNEL: "TLMRT_ERR_KERNEL", ERR_OUT_OF_MEMORY: "TLMRT_ERR_OUT_OF_MEMORY", ERR_BUSY: "TLMRT_ERR_BUSY",
 }
 _STATUS_ERRORS: dict[int, type[TlmpackError]] = {
     ERR_INVALID_ARGUMENT: InputError,
@@ -60,6 +62,7 @@ _STATUS_ERRORS: dict[int, type[TlmpackError]] = {
     ERR_INCOMPATIBLE: IncompatibleTargetError,
     ERR_KERNEL: KernelError,
     ERR_OUT_OF_MEMORY: TlmpackError,
+    ERR_BUSY: TlmpackError,
 }
 
 
@@ -99,6 +102,60 @@ class TensorInfo(ctypes.Structure):
         ("shape", ctypes.c_int64 * MAX_NDIM),
         ("nbytes", ctypes.c_uint64),
     ]
+
+
+class Profile(ctypes.Structure):
+    """tlmrt_profile: a model's run totals since profiling was switched on."""
+
+    _fields_ = [
+        ("enabled", ctypes.c_int32),
+        ("num_steps", ctypes.c_int32),
+        ("runs", ctypes.c_uint64),
+        ("run_ns", ctypes.c_uint64),
+        ("kernel_ns", ctypes.c_uint64),
+        ("io_ns", ctypes.c_uint64),
+        ("pool_launches", ctypes.c_uint64),
+        ("pool_wait_ns", ctypes.c_uint64),
+    ]
+
+
+class ProfileStep(ctypes.Structure):
+    """tlmrt_profile_step: one step's (kernel call's or launch's) counters."""
+
+    _fields_ = [
+        ("kernel", ctypes.c_char_p),
+        ("task", ctypes.c_char_p),
+        ("calls", ctypes.c_uint64),
+        ("total_ns", ctypes.c_uint64),
+        ("last_start_ns", ctypes.c_uint64),
+        ("last_ns", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step of a run as the C runtime's profiler counted it."""
+
+    step: int
+    kernel: str
+    task: str
+    calls: int
+    total_ns: int
+    last_start_ns: int  # the last timed run: start after the run's start, and length (a timeline)
+    last_ns: int
+
+
+@dataclass(frozen=True)
+class ProfileReport:
+    """What the C profiler counted since it was switched on; run_ns - kernel_ns is the runtime's own time."""
+
+    runs: int
+    run_ns: int
+    kernel_ns: int
+    io_ns: int  # the part of run_ns - kernel_ns that copies inputs in and outputs out (CPU)
+    pool_launches: int  # parallel launches on the thread pool (CPU)
+    pool_wait_ns: int  # the caller's wait for the pool's workers after its own tasks, inside kernel_ns (CPU)
+    steps: tuple[StepTime, ...]
 
 
 def status_error(status: int, message: str, context: str) -> TlmpackError:
@@ -146,6 +203,13 @@ class Library:
             self._sig(lib, "tlmrt_dlpack_alloc_cuda", c_status,
                       [ctypes.c_int32, ctypes.c_uint8, ctypes.c_uint8, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64),
                        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)])
+        # API version 4 (profiling); absent from runtimes packaged before it.
+        self.has_profiling = all(hasattr(lib, n) for n in (
+            "tlmrt_model_set_profiling", "tlmrt_model_get_profile", "tlmrt_model_get_profile_step"))
+        if self.has_profiling:
+            self._sig(lib, "tlmrt_model_set_profiling", c_status, [pm, ctypes.c_int32])
+            self._sig(lib, "tlmrt_model_get_profile", c_status, [pm, ctypes.POINTER(Profile)])
+            self._sig(lib, "tlmrt_model_get_profile_step", c_status, [pm, ctypes.c_int32, ctypes.POINTER(ProfileStep)])
         self.lib = lib
         self.version = (lib.tlmrt_version() or b"").decode(errors="replace")
 
@@ -184,6 +248,33 @@ class Library:
         if not self.has_v2:
             return "cpu"
         return (self.lib.tlmrt_model_device_name(handle) or b"").decode(errors="replace")
+
+    def set_profiling(self, handle: int, enabled: bool) -> None:
+        """Switches the C runtime's per-kernel timing on (counters zeroed) or off; call between runs."""
+        if not self.has_profiling:
+            raise IncompatibleTargetError(f"{self.path}: this C runtime (tlmrt {self.version}) has no profiler; "
+                                          f"rebuild the artifact with a newer tlmpack")
+        status = self.lib.tlmrt_model_set_profiling(handle, 1 if enabled else 0)
+        if status != OK:
+            raise status_error(status, self.last_error(handle), "cannot switch profiling")
+
+    def profile(self, handle: int) -> ProfileReport:
+        """The profiler's counters: run totals and every step's calls and nanoseconds, in run order."""
+        total = Profile()
+        status = self.lib.tlmrt_model_get_profile(handle, ctypes.byref(total))
+        if status != OK:
+            raise status_error(status, self.last_error(handle), "cannot read the profile")
+        steps = []
+        for i in range(total.num_steps):
+            st = ProfileStep()
+            status = self.lib.tlmrt_model_get_profile_step(handle, i, ctypes.byref(st))
+            if status != OK:
+                raise status_error(status, self.last_error(handle), f"cannot read step {i} of the profile")
+            steps.append(StepTime(i, (st.kernel or b"").decode(errors="replace"),
+                                  (st.task or b"").decode(errors="replace"), st.calls, st.total_ns,
+                                  st.last_start_ns, st.last_ns))
+        return ProfileReport(total.runs, total.run_ns, total.kernel_ns, total.io_ns, total.pool_launches,
+                             total.pool_wait_ns, tuple(steps))
 
     def last_error(self, handle: int) -> str:
         return (self.lib.tlmrt_model_last_error(handle) or b"").decode(errors="replace")
