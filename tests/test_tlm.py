@@ -119,14 +119,8 @@ def test_a_build_falls_back_to_the_rules_and_says_why(tmp_path, shipped):
     meta = {"format": "tlmpack-tlm", "language_version": str(LANGUAGE_VERSION), "vocab_sha256": VOCAB_SHA256,
             "shape": json.dumps(dataclasses.asdict(shipped.shape)), "summary": json.dumps(summary.to_json())}
     save_file(shipped.state, str(weights), metadata=meta)
-    import tlmpack.schedule.select as select
-
-    original = select.SelectOptions.__init__.__defaults__
-    select.SelectOptions.__init__.__defaults__ = ("tlm", 0, {"x86": str(weights)})
-    try:
-        build("tlmpack.zoo:mlp_factory", tmp_path / "mlp.tar", BuildOptions(scheduler="tlm"))
-    finally:
-        select.SelectOptions.__init__.__defaults__ = original
+    build("tlmpack.zoo:mlp_factory", tmp_path / "mlp.tar", BuildOptions(scheduler="tlm",
+                                                                      tlm_weights={"x86": str(weights)}))
     with tarfile.open(tmp_path / "mlp.tar") as t:
         manifest = json.load(t.extractfile("manifest.json"))
     notes = [s["schedules"][0] for s in manifest["subgraphs"]]
@@ -179,3 +173,16 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
     report = json.loads(result.output.strip().splitlines()[-1])
     loaded = load_file(out, "x86")
     assert loaded.sha256 == report["sha256"] and loaded.summary.tasks > 0
+
+
+def test_two_tlm_builds_in_fresh_processes_are_byte_identical(tmp_path):
+    import subprocess
+    import sys
+
+    tars = []
+    for name in ("a.tar", "b.tar"):
+        out = tmp_path / name
+        subprocess.run([sys.executable, "-m", "tlmpack.cli", "build", "tlmpack.zoo:mlp_factory", "-o", str(out),
+                        "--scheduler", "tlm"], check=True, capture_output=True, timeout=600)
+        tars.append(out.read_bytes())
+    assert tars[0] == tars[1]

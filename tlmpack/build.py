@@ -38,6 +38,7 @@ class BuildOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     scheduler: str = "tlm"  # tlm | heuristic | baseline (fixed x86 rules, dlight on CUDA)
     tune: int = 0  # > 0: measure this many candidates per x86 task on the build host, keep the fastest
+    tlm_weights: dict[str, str] = field(default_factory=dict)  # target -> TLM weights file (default: shipped)
     cuda_archs: tuple[str, ...] = ()  # e.g. ("sm_80", "sm_90"); empty: sm_90
     # TVM's FastMathTransform: vectorisable erf/exp/tanh approximations. On by default: checked
     # within 1e-4 of onnxruntime / torch on x86 and on the H200 (BENCHMARKS.md); --exact-math for libm.
@@ -49,22 +50,25 @@ class BuildOptions:
         out["fast_math"] = self.fast_math
         if self.tune:
             out["tune"] = self.tune
+        if self.tlm_weights:  # the manifest's "tlm" entry has their ids and sha256
+            out["tlm_weights"] = {t: Path(p).name for t, p in sorted(self.tlm_weights.items())}
         if "cuda" in self.targets:
             out["cuda_archs"] = list(self.cuda_archs)
         return out
 
 
 def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
-                scheduler: str = "tlm") -> tuple[dict, list, dict | None]:
+                options: BuildOptions) -> tuple[dict, list, dict | None]:
     """Schedules (dlight), generates and compiles the CUDA kernels, renders and links the plan.
     Returns the manifest's target entry and the schedule records."""
     from .emit.cuda_plan import render_cuda_plan
     from .lower.cuda import build_kernels
-    from .schedule.select import schedule_cuda_tasks
+    from .schedule.select import SelectOptions, schedule_cuda_tasks
 
-    cuda_scheduler = scheduler if scheduler in ("tlm", "heuristic") else "dlight"
+    cuda_scheduler = options.scheduler if options.scheduler in ("tlm", "heuristic") else "dlight"
     say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with {cuda_scheduler}")
-    funcs, records, tlm = schedule_cuda_tasks(graph, cuda, say, scheduler=cuda_scheduler)
+    funcs, records, tlm = schedule_cuda_tasks(graph, cuda, say,
+                                              scheduler=SelectOptions(cuda_scheduler, 0, _tlm_weights(options)))
     nvcc_dir = stage.parent / "nvcc"
     kernels = build_kernels(funcs, cuda, nvcc_dir, say)
     (stage / "cuda").mkdir()
@@ -82,11 +86,15 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
 
 
 def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
-    """A cross build for a CPU the x86 TLM was adapted to (tlmpack tlm adapt) uses those weights."""
+    """Weights given with --tlm-weights; else, for a cross build for a CPU the x86 TLM was adapted
+    to (tlmpack tlm adapt), those; else the shipped ones (None)."""
     from .tlm.model import WEIGHTS_DIR
 
+    chosen = dict(options.tlm_weights)
     adapted = WEIGHTS_DIR / f"x86-{options.cpu}.safetensors"
-    return {"x86": str(adapted)} if options.cpu and adapted.is_file() else None
+    if "x86" not in chosen and options.cpu and adapted.is_file():
+        chosen["x86"] = str(adapted)
+    return chosen or None
 
 
 def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None] = lambda s: None) -> dict:
@@ -143,7 +151,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
         records_by_target: dict[str, dict] = {}
         tlm_models: dict[str, dict] = {}
         if cuda is not None:
-            entry, records, tlm_cuda = _build_cuda(stage, graph, imported, cuda, say, options.scheduler)
+            entry, records, tlm_cuda = _build_cuda(stage, graph, imported, cuda, say, options)
             if tlm_cuda is not None:
                 tlm_models["cuda"] = tlm_cuda
             target_entries["cuda"] = entry

@@ -66,6 +66,8 @@ def main(debug: bool) -> None:
                    "unsure or the task is unlike its training), heuristic (compile-time rules from the hardware "
                    "description), or baseline/dlight (the first release's fixed x86 rules and TVM dlight on CUDA). "
                    "tlm and heuristic pre-pack x86 weights.")
+@click.option("--tlm-weights", "tlm_weights", multiple=True, metavar="TARGET=FILE",
+              help="Schedule TARGET with these TLM weights (tlmpack tlm train/adapt) instead of the shipped ones.")
 @click.option("--tune", default=0, show_default=True, type=click.IntRange(min=0),
               help="Measure this many candidates per x86 task on this machine (the TLM's top-k plus the rules' "
                    "point) and keep the fastest (chosen_by: search). 0: no measurement.")
@@ -73,7 +75,7 @@ def main(debug: bool) -> None:
               help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
-          scheduler: str, tune: int, cuda_archs: str | None, fast_math: bool) -> None:
+          scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     from .build import BuildOptions
     from .build import build as build_artifact
@@ -82,8 +84,19 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
                            input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
                            cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()),
-                           fast_math=fast_math, tune=tune)
+                           fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights))
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
+
+
+def _parse_weights(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        target, sep, path = item.partition("=")
+        if not sep or target not in ("x86", "cuda") or not Path(path).is_file():
+            raise click.BadParameter(f"{item!r}: expected x86=FILE or cuda=FILE with an existing file",
+                                     param_hint="--tlm-weights")
+        out[target] = path
+    return out
 
 
 @main.command()

@@ -305,7 +305,7 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | Select
     for i, task in enumerate(graph.tasks):
         func = graph.task_funcs[task.id]
         started = time.perf_counter()
-        scheduled, record = None, None
+        scheduled, record, prefix = None, None, ""
         if options.scheduler in ("tlm", "heuristic"):
             choice, chosen_by, prefix, split, tlm = _choose_x86(graph, task, func, target, hardware, prepack, options)
             if tlm is not None and chosen_by in ("tlm", "search"):
@@ -325,7 +325,7 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | Select
                 record = ScheduleRecord(task.id, target_id, -1, (), "unscheduled", "no legal point found")
             else:
                 sketch, scheduled, decisions, who = fixed
-                note = "no heuristic rule fits" if options.scheduler != "baseline" else ""
+                note = prefix + "no heuristic rule fits" if options.scheduler != "baseline" else ""
                 record = ScheduleRecord(task.id, target_id, sketch, decisions, who, note)
         out.funcs[task.id] = scheduled
         out.records.append(record)
