@@ -111,7 +111,8 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
 
     from .emit.x86_weights import pack_graph
     from .frontend import load_model
-    from .graph import fuse_to_tir, has_conv2d, partition
+    from .graph import has_conv2d
+    from .graph_fallbacks import Fallback, Lowering, lower_graph
     from .lower.prepack import Packer
     from .lower.x86 import build_kernels, x86_target
     from .schedule.hardware import detect_x86
@@ -124,14 +125,21 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     # CUDA keeps the model's layout. With both targets the x86 plan has its own graph and weights.
     x86_layout = ("NHWC" if "x86" in options.targets and options.scheduler in ("tlm", "heuristic")
                   and has_conv2d(imported.mod) else None)
+    # Every optional transformation falls back (graph_fallbacks.py); the manifest lists what fell back.
+    fallbacks: list = [Fallback("opset-upgrade", "graph", note) for note in imported.notes]
+    for fallback in fallbacks:
+        say(fallback.sentence())
     graph = None
     if cuda is not None or x86_layout is None:
-        graph = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math))
+        graph, _, taken = lower_graph(imported.mod, Lowering(None, options.fast_math), say=say)
+        fallbacks += taken
     x86_source = graph if x86_layout is None else None
     if x86_layout is not None:
         say(f"lowering for x86 with {x86_layout} convolutions")
-        x86_source = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math, conv_layout=x86_layout),
-                               task_prefix="x" if graph is not None else "k")
+        x86_source, used, taken = lower_graph(imported.mod, Lowering(x86_layout, options.fast_math),
+                                              task_prefix="x" if graph is not None else "k", say=say)
+        fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
+        x86_layout = used.conv_layout
         graph = graph or x86_source
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
@@ -159,6 +167,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
                                        hardware)
             if scheduled.tlm is not None:
                 tlm_models["x86"] = scheduled.tlm
+            fallbacks += scheduled.fallbacks
             x86_graph = x86_source
             if scheduled.splits:
                 say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
@@ -196,6 +205,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             "memory": graph.memory_json(),
             "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
             "subgraphs": subgraphs(graph, x86_source, records_by_target, order),
+            "fallbacks": [f.to_json() for f in fallbacks],
         }
         write_manifest(stage, manifest)
         out.parent.mkdir(parents=True, exist_ok=True)

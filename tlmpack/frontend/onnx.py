@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import InputShapeError, ModelLoadError, UnsupportedOperatorError
 from ..specs import SourceInfo, TensorSpec
 from . import ImportedModel, file_sha256
-from .onnx_rewrites import average_pool_covering_input_to_global
+from .onnx_rewrites import average_pool_covering_input_to_global, dropout_to_identity
 from .relax_io import output_specs
 
 
@@ -75,6 +75,7 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
     _check_operators(model.graph)
     inputs = _input_specs(model.graph, input_shapes)
     average_pool_covering_input_to_global(model)
+    dropout_to_identity(model)
 
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx

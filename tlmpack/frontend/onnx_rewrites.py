@@ -59,3 +59,25 @@ def average_pool_covering_input_to_global(model) -> int:
         node.op_type = "GlobalAveragePool"
         rewritten += 1
     return rewritten
+
+
+def dropout_to_identity(model) -> int:
+    """Dropout at inference is the identity. TVM imports it as ``R.nn.dropout`` (a tuple of output
+    and mask) that ConvertLayout cannot pass through (``Expected nested to match tuple``), which
+    cost every classic CNN with a Dropout its channels-last x86 kernels. Rewritten only where the
+    mask is unused and no ``training_mode`` input is given. Returns the number rewritten."""
+    used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
+    rewritten = 0
+    for node in model.graph.node:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx"):
+            continue
+        if len(node.input) > 2 and node.input[2]:
+            continue  # training_mode given: onnxruntime honours it
+        if len(node.output) > 1 and node.output[1] and node.output[1] in used:
+            continue
+        del node.attribute[:]
+        del node.input[1:]
+        del node.output[1:]
+        node.op_type = "Identity"
+        rewritten += 1
+    return rewritten

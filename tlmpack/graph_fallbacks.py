@@ -1,0 +1,90 @@
+"""Optional Relax transformations with fallbacks: a valid model must build, at worst a little slower.
+
+The channels-last conversion, TVM's FastMathTransform, constant folding and the matmul column
+padding only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on LRN's
+avg_pool3d: ``Expected nested to match tuple``; on 5-D transposes: ``Invalid SLayout``), so
+``lower_graph`` tries the full set first and switches transformations off one at a time, for the
+whole graph (Relax passes run on the whole module), until lowering and partitioning succeed. Each
+switch is a ``Fallback`` record: the build log says it and the manifest lists it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+from .errors import LoweringError, TlmpackBuildError
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """One optional transformation that was not applied, where, and the error that made us stop."""
+
+    transform: str  # channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing
+    scope: str  # "graph", or the task id for per-task fallbacks
+    reason: str  # one line
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def sentence(self) -> str:
+        return f"fallback: no {self.transform} for {self.scope}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """Which optional transformations one attempt applies."""
+
+    conv_layout: str | None
+    fast_math: bool
+    fold_constants: bool = True
+    pad_columns: bool = True
+
+
+# (transformation name, how to switch it off), in the order they are given up
+_OPTIONAL = (
+    ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None),
+    ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math),
+    ("pad-matmul-columns", lambda lw: replace(lw, pad_columns=False), lambda lw: lw.pad_columns),
+    ("constant-folding", lambda lw: replace(lw, fold_constants=False), lambda lw: lw.fold_constants),
+)
+
+
+def one_line(error: BaseException, limit: int = 240) -> str:
+    """An exception as one short line: its type and the most specific line of its message
+    (TVM's InternalError carries a C++ backtrace first and the check that failed last)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    checks = [ln for ln in lines if "Check failed" in ln or ln.startswith(("InternalError", "TVMError", "ValueError"))]
+    text = (checks[-1] if checks else lines[-1] if lines else "").removeprefix("error: ")
+    text = text.replace("Relax could not lower the model to TIR: ", "")
+    return f"{type(error).__name__}: {text}"[:limit]
+
+
+def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
+                say: Callable[[str], None] = lambda s: None):
+    """Fused TIR + partition of ``mod`` with as many of ``wanted``'s optional transformations as
+    TVM gets through. Returns (graph, the Lowering used, fallbacks). A failure with none left is
+    the model's: a LoweringError (an UnsupportedOperatorError from partition passes through)."""
+    from .graph import fuse_to_tir, partition
+
+    current, fallbacks = wanted, []
+    while True:
+        try:
+            graph = partition(fuse_to_tir(mod, fast_math=current.fast_math, conv_layout=current.conv_layout,
+                                          fold_constants=current.fold_constants,
+                                          pad_columns=current.pad_columns), task_prefix=task_prefix)
+            return graph, current, fallbacks
+        except TlmpackBuildError as e:
+            if not isinstance(e, LoweringError):
+                raise  # an operator the plan cannot run: no transformation changes that
+            error: Exception = e
+        except Exception as e:  # TVM's InternalError, TypeError, ... from a pass
+            error = e
+        step = next(((name, off) for name, off, applied in _OPTIONAL if applied(current)), None)
+        if step is None:
+            raise LoweringError(f"Relax could not lower the model to TIR: {one_line(error)}") from None
+        name, off = step
+        fallback = Fallback(name, "graph", one_line(error))
+        say(fallback.sentence())
+        fallbacks.append(fallback)
+        current = off(current)
