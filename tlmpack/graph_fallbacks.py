@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from .errors import LoweringError, TlmpackBuildError
+from .errors import LoweringError, TlmpackBuildError, one_line
 
 
 @dataclass(frozen=True)
@@ -50,16 +50,6 @@ _OPTIONAL = (
 )
 
 
-def one_line(error: BaseException, limit: int = 240) -> str:
-    """An exception as one short line: its type and the most specific line of its message
-    (TVM's InternalError carries a C++ backtrace first and the check that failed last)."""
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    checks = [ln for ln in lines if "Check failed" in ln or ln.startswith(("InternalError", "TVMError", "ValueError"))]
-    text = (checks[-1] if checks else lines[-1] if lines else "").removeprefix("error: ")
-    text = text.replace("Relax could not lower the model to TIR: ", "")
-    return f"{type(error).__name__}: {text}"[:limit]
-
-
 def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
                 say: Callable[[str], None] = lambda s: None):
     """Fused TIR + partition of ``mod`` with as many of ``wanted``'s optional transformations as
@@ -84,7 +74,7 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
         if step is None:
             raise LoweringError(f"Relax could not lower the model to TIR: {one_line(error)}") from None
         name, off = step
-        fallback = Fallback(name, "graph", one_line(error))
+        fallback = Fallback(name, "graph", one_line(error).removeprefix("LoweringError: "))
         say(fallback.sentence())
         fallbacks.append(fallback)
         current = off(current)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 from pathlib import Path
 
-from ..errors import InputShapeError, ModelLoadError, UnsupportedOperatorError
+from ..errors import InputShapeError, ModelLoadError, one_line
 from ..specs import SourceInfo, TensorSpec
 from . import ImportedModel, file_sha256
+from .onnx_ops import check_operators, conversion_failure
 from .onnx_rewrites import average_pool_covering_input_to_global, dropout_to_identity
 from .relax_io import output_specs
-
-
-def _check_operators(graph) -> None:
-    """Names the first operator TVM cannot convert, before TVM fails somewhere less helpful."""
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    supported = _get_convert_map()
-    for index, node in enumerate(graph.node):
-        if node.op_type not in supported:
-            name = node.name or f"#{index} ({node.op_type})"
-            domain = f" (domain {node.domain})" if node.domain else ""
-            raise UnsupportedOperatorError(
-                node.op_type, name, f"TVM's ONNX frontend has no converter for it{domain}"
-            )
 
 
 def _input_specs(graph, overrides: dict[str, tuple[int, ...]]) -> list[TensorSpec]:
@@ -60,6 +50,20 @@ def _input_specs(graph, overrides: dict[str, tuple[int, ...]]) -> list[TensorSpe
     return specs
 
 
+def _inline_local_functions(model):
+    """Model-local functions become their bodies, so each node is a standard operator that TVM
+    converts by its real meaning (a function ``com.example::Relu`` whose body is Neg stays Neg).
+    Returns (model, whether every local function was inlined)."""
+    if not model.functions:
+        return model, True
+    import onnx.inliner
+
+    try:
+        return onnx.inliner.inline_local_functions(model), True
+    except Exception:  # check_operators then names the function's node
+        return model, False
+
+
 def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:
     """Loads an ONNX file into Relax with static shapes; refuses unsupported operators by name."""
     import onnx
@@ -72,7 +76,8 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
         raise ModelLoadError(f"{path}: not a valid ONNX file ({type(e).__name__}: {e})") from None
     if not model.graph.node:
         raise ModelLoadError(f"{path}: the ONNX graph has no nodes")
-    _check_operators(model.graph)
+    model, inlined = _inline_local_functions(model)
+    check_operators(model, inlined)
     inputs = _input_specs(model.graph, input_shapes)
     average_pool_covering_input_to_global(model)
     dropout_to_identity(model)
@@ -80,15 +85,20 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
+    printed = io.StringIO()  # TVM prints "Error converting operator X, with inputs: <Relax>" on failure
     try:
-        mod = from_onnx(
-            model,
-            shape_dict={s.name: list(s.shape) for s in inputs},
-            dtype_dict={s.name: s.dtype for s in inputs},
-            keep_params_in_input=False,
-        )
+        with contextlib.redirect_stdout(printed):
+            mod = from_onnx(
+                model,
+                shape_dict={s.name: list(s.shape) for s in inputs},
+                dtype_dict={s.name: s.dtype for s in inputs},
+                keep_params_in_input=False,
+            )
     except Exception as e:
-        raise ModelLoadError(f"{path}: TVM could not import the model: {type(e).__name__}: {e}") from None
+        failed = re.search(r"Error converting operator (\S+), with inputs", printed.getvalue())
+        if failed:
+            raise conversion_failure(model, failed.group(1).rstrip(","), e) from None
+        raise ModelLoadError(f"{path}: TVM could not import the model: {one_line(e)}") from None
     mod = relax.transform.DecomposeOpsForInference()(mod)
     names = [o.name for o in model.graph.output]
     outputs = output_specs(mod, names)

@@ -1,0 +1,95 @@
+"""The ONNX frontend on graphs other tools write: operators matched by (domain, op_type), local
+functions inlined, optional transformations that fall back, one-line refusals with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from tlmpack.testing import legacy_cnns, onnx_cases
+from tlmpack.verify import compare
+
+CLI = [sys.executable, "-m", "tlmpack.cli"]
+
+
+def _manifest(tar) -> dict:
+    with tarfile.open(tar) as t:
+        return json.loads(t.extractfile("manifest.json").read())
+
+
+def _build(model, tar) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "build", str(model), "-t", "x86", "-o", str(tar)], capture_output=True, text=True)
+
+
+def test_custom_domain_op_named_relu_runs_its_local_function_like_onnxruntime(tmp_path):
+    model = onnx_cases.custom_domain_relu_function(tmp_path / "custom.onnx")
+    result = _build(model, tmp_path / "custom.tar")
+    assert result.returncode == 0, result.stderr
+    errors = compare(tmp_path / "custom.tar", model)  # onnxruntime runs the function: -2x, not 2 relu(x)
+    assert max(errors) < 1e-6
+
+
+def test_custom_domain_op_without_a_function_is_refused_naming_domain_op_node_and_opset(tmp_path):
+    model = onnx_cases.custom_domain_relu_function(tmp_path / "custom.onnx", with_function=False)
+    result = _build(model, tmp_path / "custom.tar")
+    assert result.returncode == 2
+    lines = [ln for ln in result.stderr.splitlines() if not ln.startswith("[")]  # progress lines are "[  0.1s] …"
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr
+    assert "'com.example::Relu'" in lines[0] and "'custom_relu'" in lines[0] and "opset 17" in lines[0]
+    assert not (tmp_path / "custom.tar").exists()
+
+
+def test_channels_last_failure_falls_back_to_model_layout_and_the_manifest_says_why(tmp_path):
+    model = onnx_cases.conv_dropout_with_used_mask(tmp_path / "dropmask.onnx")
+    tar = tmp_path / "dropmask.tar"
+    result = _build(model, tar)
+    assert result.returncode == 0, result.stderr
+    assert "fallback: no channels-last" in result.stderr
+    manifest = _manifest(tar)
+    assert [f["transform"] for f in manifest["fallbacks"]] == ["channels-last"]
+    assert "Expected nested to match tuple" in manifest["fallbacks"][0]["reason"]
+    assert manifest["targets"][0]["conv_layout"] == "model"
+    assert max(compare(tar, model)) < 1e-4
+
+
+def test_dropout_is_the_identity_so_a_cnn_with_dropout_keeps_channels_last(tmp_path):
+    model = onnx_cases.conv_dropout_with_used_mask(tmp_path / "dropout.onnx", use_mask=False)
+    tar = tmp_path / "dropout.tar"
+    result = _build(model, tar)
+    assert result.returncode == 0, result.stderr
+    manifest = _manifest(tar)
+    assert manifest["fallbacks"] == [] and manifest["targets"][0]["conv_layout"] == "NHWC"
+    assert max(compare(tar, model)) < 1e-4
+
+
+def test_prepacking_failure_of_one_task_builds_that_task_with_plain_weights(monkeypatch, tmp_path):
+    from tlmpack.frontend import load_model
+    from tlmpack.graph import fuse_to_tir, partition
+    from tlmpack.lower import prepack
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.select import schedule_tasks
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("InternalError: Check failed: layout rewrite exploded")
+
+    monkeypatch.setattr(prepack, "split_prepack", broken)
+    model = legacy_cnns.write("mobilenet_v1_clip", tmp_path / "m.onnx")
+    graph = partition(fuse_to_tir(load_model(str(model)).mod))
+    target = x86_target()
+    scheduled = schedule_tasks(graph, target.tvm_target(), "x86")
+    assert scheduled.splits == {}
+    assert scheduled.fallbacks and {f.transform for f in scheduled.fallbacks} == {"pre-packing"}
+    assert all("layout rewrite exploded" in f.reason for f in scheduled.fallbacks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(legacy_cnns.MODELS))
+def test_legacy_opset7_to_9_cnn_matches_onnxruntime(tmp_path, name):
+    model = legacy_cnns.write(name, tmp_path / f"{name}.onnx")
+    result = _build(model, tmp_path / f"{name}.tar")
+    assert result.returncode == 0, result.stderr
+    assert max(compare(tmp_path / f"{name}.tar", model)) < 1e-4
