@@ -48,7 +48,7 @@ def test_channels_last_failure_falls_back_to_model_layout_and_the_manifest_says_
     tar = tmp_path / "dropmask.tar"
     result = _build(model, tar)
     assert result.returncode == 0, result.stderr
-    assert "fallback: no channels-last" in result.stderr
+    assert "fallback [channels-last, graph]" in result.stderr
     manifest = _manifest(tar)
     assert [f["transform"] for f in manifest["fallbacks"]] == ["channels-last"]
     assert "Expected nested to match tuple" in manifest["fallbacks"][0]["reason"]

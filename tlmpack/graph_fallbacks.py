@@ -20,7 +20,9 @@ from .errors import LoweringError, TlmpackBuildError, one_line
 class Fallback:
     """One optional transformation that was not applied, where, and the error that made us stop."""
 
-    transform: str  # channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing
+    # switched off: channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing;
+    # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
+    transform: str
     scope: str  # "graph", or the task id for per-task fallbacks
     reason: str  # one line
 
@@ -28,7 +30,7 @@ class Fallback:
         return asdict(self)
 
     def sentence(self) -> str:
-        return f"fallback: no {self.transform} for {self.scope}: {self.reason}"
+        return f"fallback [{self.transform}, {self.scope}]: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             error = e
         step = next(((name, off) for name, off, applied in _OPTIONAL if applied(current)), None)
         if step is None:
+            if isinstance(error, LoweringError):
+                raise error
             raise LoweringError(f"Relax could not lower the model to TIR: {one_line(error)}") from None
         name, off = step
         fallback = Fallback(name, "graph", one_line(error).removeprefix("LoweringError: "))

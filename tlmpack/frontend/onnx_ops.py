@@ -63,6 +63,16 @@ def check_operators(model, functions_inlined: bool) -> None:
                                            opset)
 
 
+def newer_opset_for(op_type: str, model) -> int | None:
+    """The opset TVM's converter of ``op_type`` is written for, when newer than the model's."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    versions = _converter_versions(_get_convert_map().get(op_type, object))
+    if versions and min(versions) > model_opset(model):
+        return min(versions)
+    return None
+
+
 def conversion_failure(model, op_type: str, error: BaseException) -> UnsupportedOperatorError:
     """The typed error for TVM's converter of ``op_type`` raising ``error`` on this model; names the
     first node of that type (TVM converts in graph order) and, when TVM's converter is for a newer
@@ -81,3 +91,26 @@ def conversion_failure(model, op_type: str, error: BaseException) -> Unsupported
         need = (f"; TVM's converter is for opset {min(versions)}+: convert the model to opset >= {min(versions)} "
                 "(onnx.version_converter)")
     return UnsupportedOperatorError(op_type, label, f"TVM's converter failed ({one_line(error, 160)}){need}", opset)
+
+
+# operand positions that set an output's shape: a user input there makes the shape a run-time value
+SHAPE_OPERANDS = {
+    "Expand": (1,), "Reshape": (1,), "ConstantOfShape": (0,), "Tile": (1,), "Range": (0, 1, 2),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Pad": (1,), "TopK": (1,), "OneHot": (1,),
+    "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "ReduceSum": (1,),
+    "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "CenterCropPad": (1,),
+}
+
+
+def check_static_shapes(model, user_inputs: set[str]) -> None:
+    """tlmpack plans memory for static shapes: an operand that sets an output's shape must be a
+    constant, not one of the model's inputs (its value arrives only at run time)."""
+    for index, node in enumerate(model.graph.node):
+        for position in SHAPE_OPERANDS.get(node.op_type, ()):
+            if position < len(node.input) and node.input[position] in user_inputs:
+                name = node.input[position]
+                raise UnsupportedOperatorError(
+                    node.op_type, node_label(node, index),
+                    f"its operand {position} ({name!r}) is a model input, so the output's shape is known only "
+                    f"at run time; tlmpack needs static shapes: make {name!r} a constant (an initializer)",
+                    model_opset(model))
