@@ -93,3 +93,10 @@ def test_legacy_opset7_to_9_cnn_matches_onnxruntime(tmp_path, name):
     result = _build(model, tmp_path / f"{name}.tar")
     assert result.returncode == 0, result.stderr
     assert max(compare(tmp_path / f"{name}.tar", model)) < 1e-4
+
+
+def test_shape_computed_at_run_time_is_folded_and_matches_onnxruntime(tmp_path):
+    model = onnx_cases.computed_shape_constant(tmp_path / "shapes.onnx")
+    result = _build(model, tmp_path / "shapes.tar")
+    assert result.returncode == 0, result.stderr
+    assert max(compare(tmp_path / "shapes.tar", model)) < 1e-6

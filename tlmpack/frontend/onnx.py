@@ -11,6 +11,7 @@ from pathlib import Path
 from ..errors import InputShapeError, ModelLoadError, UnsupportedOperatorError, one_line
 from ..specs import SourceInfo, TensorSpec
 from . import ImportedModel, file_sha256
+from .onnx_fold import fold_shape_computations
 from .onnx_ops import check_operators, check_static_shapes, conversion_failure, model_opset, newer_opset_for
 from .onnx_rewrites import (
     average_pool_covering_input_to_global,
@@ -172,6 +173,7 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
     check_operators(model, inlined)
     inputs = _input_specs(model.graph, input_shapes)
     check_static_shapes(model, {s.name for s in inputs})
+    fold_shape_computations(model, {s.name: s.shape for s in inputs})
     sequence_insert_positions_nonnegative(model)
     average_pool_covering_input_to_global(model)
     dropout_to_identity(model)

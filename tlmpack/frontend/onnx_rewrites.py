@@ -83,6 +83,15 @@ def dropout_to_identity(model) -> int:
     return rewritten
 
 
+def _add_initializer(model, tensor) -> None:
+    """A new constant; listed as a graph input too where the IR version (< 4) requires it."""
+    from onnx import helper
+
+    model.graph.initializer.append(tensor)
+    if model.ir_version < 4:
+        model.graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+
+
 def _sequence_lengths(model) -> dict[str, int]:
     """Statically known sequence lengths, from SequenceConstruct/Empty through Erase/Insert."""
     lengths: dict[str, int] = {}
@@ -124,7 +133,7 @@ def sequence_insert_positions_nonnegative(model) -> int:
                                            "(TVM 0.27 counts it off by one): give a non-negative position")
         fixed = numpy_helper.from_array(np.asarray(lengths[node.input[0]] + value, dtype=np.int64),
                                         f"{node.input[2]}__nonneg_{index}")
-        model.graph.initializer.append(fixed)
+        _add_initializer(model, fixed)
         node.input[2] = fixed.name
         rewritten += 1
     return rewritten
@@ -172,7 +181,7 @@ def prelu_with_slope_vector_to_elementwise(model) -> int:
         if opset < 7 and slope.ndim == 1:
             slope = slope.reshape([slope.size] + [1] * (ranks[node.input[0]] - 2))
         x, y, tag = node.input[0], node.output[0], f"{node.name or 'prelu'}__{index}"
-        model.graph.initializer.append(numpy_helper.from_array(slope, f"{tag}_slope"))
+        _add_initializer(model, numpy_helper.from_array(slope, f"{tag}_slope"))
         nodes += [helper.make_node("Neg", [x], [f"{tag}_neg"], name=f"{tag}_neg"),
                   helper.make_node("Relu", [f"{tag}_neg"], [f"{tag}_rneg"], name=f"{tag}_rneg"),
                   helper.make_node("Mul", [f"{tag}_rneg", f"{tag}_slope"], [f"{tag}_scaled"], name=f"{tag}_mul"),

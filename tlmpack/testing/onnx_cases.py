@@ -139,3 +139,23 @@ def export_tiny_bert(path, dynamo: bool, opset: int):
     torch.onnx.export(model, args, str(path), input_names=list(feed), dynamo=dynamo, opset_version=opset,
                       output_names=["last_hidden_state", "pooler_output"], **({} if dynamo else {"do_constant_folding": True}))
     return path
+
+
+def computed_shape_constant(path):
+    """y = x + ConstantOfShape(Concat(Shape(x)[0:1], [3]), 1.5): a shape computed at run time the
+    way exporters write attention masks (TVM 0.27's ConstantOfShape fails on it unfolded)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array([0], dtype=np.int64), "zero"),
+             numpy_helper.from_array(np.array([3], dtype=np.int64), "three")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["rows"], axis=0),
+             helper.make_node("Concat", ["rows", "three"], ["shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["shape"], ["c"],
+                              value=numpy_helper.from_array(np.array([1.5], dtype=np.float32))),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
+    return path
