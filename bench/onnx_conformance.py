@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tlmpack.testing import conformance
 
+NOTES = "## Notes\n"
+
 
 def _table(rows: list[conformance.CaseResult], command: str) -> str:
     counts = {s: sum(r.status == s for r in rows) for s in ("pass", "refused", "wrong", "crash")}
@@ -77,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             worker.close()
     command = "PYTHONPATH=. nice -n 10 python bench/onnx_conformance.py " + " ".join(argv or sys.argv[1:])
-    args.out.write_text(_table(rows, command.strip()))
+    notes = ""  # a hand-written "## Notes" section of the existing file is kept
+    if args.out.exists() and NOTES in args.out.read_text():
+        notes = "\n" + NOTES + args.out.read_text().split(NOTES, 1)[1]
+    total = sum(r.seconds for r in rows)
+    args.out.write_text(_table(rows, command.strip()) + f"\nTotal {total:.0f} s of case time.\n" + notes)
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in rows], indent=1) + "\n")
     return 0
