@@ -114,7 +114,7 @@ def run_case(case_dir: Path, work: Path) -> CaseResult:
     import numpy as np
     import onnx
 
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
     from tlmpack.errors import TlmpackBuildError, one_line
 
     started = time.perf_counter()
