@@ -100,3 +100,35 @@ def test_shape_computed_at_run_time_is_folded_and_matches_onnxruntime(tmp_path):
     result = _build(model, tmp_path / "shapes.tar")
     assert result.returncode == 0, result.stderr
     assert max(compare(tmp_path / "shapes.tar", model)) < 1e-6
+
+
+def test_cuda_codegen_failure_of_one_task_gives_that_task_dlight(monkeypatch, tmp_path):
+    from tlmpack.errors import LoweringError
+    from tlmpack.frontend import load_model
+    from tlmpack.graph import fuse_to_tir, partition
+    from tlmpack.graph_fallbacks import cuda_kernels_with_fallback
+    from tlmpack.lower import cuda as lower_cuda
+    from tlmpack.schedule.select import schedule_cuda_tasks
+
+    if lower_cuda.find_nvcc() is None:
+        pytest.skip("needs nvcc (CUDA code generation needs no GPU)")
+    model = legacy_cnns.write("mobilenet_v1_clip", tmp_path / "m.onnx")
+    graph = partition(fuse_to_tir(load_model(str(model)).mod))
+    cuda = lower_cuda.cuda_target()
+    funcs, records, _ = schedule_cuda_tasks(graph, cuda, scheduler="heuristic")
+    bad = graph.tasks[0].id
+    chosen = funcs[bad]
+    real = lower_cuda.generate
+
+    def generate(fs, target):
+        if fs.get(bad) is chosen:
+            raise LoweringError("TVM failed to build the CUDA kernels: InternalError: Check failed: boom")
+        return real(fs, target)
+
+    monkeypatch.setattr(lower_cuda, "generate", generate)
+    kernels, new_records, fallbacks = cuda_kernels_with_fallback(funcs, records, graph, cuda, tmp_path / "nvcc",
+                                                                 lambda s: None)
+    assert [(f.transform, f.scope) for f in fallbacks] == [("cuda-schedule", bad)]
+    assert "boom" in fallbacks[0].reason
+    assert next(r for r in new_records if r.task == bad).chosen_by == "dlight"
+    assert set(kernels.launches) == set(funcs)

@@ -55,18 +55,18 @@ class BuildOptions:
 
 
 def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
-                scheduler: str = "tlm") -> tuple[dict, list, dict | None]:
+                scheduler: str = "tlm") -> tuple[dict, list, dict | None, list]:
     """Schedules (dlight), generates and compiles the CUDA kernels, renders and links the plan.
-    Returns the manifest's target entry and the schedule records."""
+    Returns the manifest's target entry, the schedule records, the TLM that chose and the fallbacks."""
     from .emit.cuda_plan import render_cuda_plan
-    from .lower.cuda import build_kernels
+    from .graph_fallbacks import cuda_kernels_with_fallback
     from .schedule.select import schedule_cuda_tasks
 
     cuda_scheduler = scheduler if scheduler in ("tlm", "heuristic") else "dlight"
     say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with {cuda_scheduler}")
     funcs, records, tlm = schedule_cuda_tasks(graph, cuda, say, scheduler=cuda_scheduler)
     nvcc_dir = stage.parent / "nvcc"
-    kernels = build_kernels(funcs, cuda, nvcc_dir, say)
+    kernels, records, fallbacks = cuda_kernels_with_fallback(funcs, records, graph, cuda, nvcc_dir, say)
     (stage / "cuda").mkdir()
     for name in ["kernels.cu", *(file for file, _, _ in kernels.images)]:
         shutil.copy(nvcc_dir / name, stage / "cuda" / name)
@@ -78,7 +78,7 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
         f"(workspace {plan.workspace_bytes / 2**10:.1f} KiB)")
     entry = cuda.to_json() | {"files": files, "launches": plan.num_launches, "arena_bytes": plan.arena_bytes,
                               "workspace_bytes": plan.workspace_bytes}
-    return entry, records, tlm
+    return entry, records, tlm, fallbacks
 
 
 def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
@@ -151,7 +151,8 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
         records_by_target: dict[str, dict] = {}
         tlm_models: dict[str, dict] = {}
         if cuda is not None:
-            entry, records, tlm_cuda = _build_cuda(stage, graph, imported, cuda, say, options.scheduler)
+            entry, records, tlm_cuda, taken = _build_cuda(stage, graph, imported, cuda, say, options.scheduler)
+            fallbacks += taken
             if tlm_cuda is not None:
                 tlm_models["cuda"] = tlm_cuda
             target_entries["cuda"] = entry

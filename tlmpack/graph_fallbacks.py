@@ -20,7 +20,8 @@ from .errors import LoweringError, TlmpackBuildError, one_line
 class Fallback:
     """One optional transformation that was not applied, where, and the error that made us stop."""
 
-    # switched off: channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing;
+    # switched off: channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing |
+    # cuda-schedule (the chosen CUDA schedule of a task, replaced by dlight's);
     # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
     transform: str
     scope: str  # "graph", or the task id for per-task fallbacks
@@ -82,3 +83,44 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
         say(fallback.sentence())
         fallbacks.append(fallback)
         current = off(current)
+
+
+def cuda_kernels_with_fallback(funcs: dict, records: list, graph, cuda, out_dir, say: Callable[[str], None]):
+    """lower.cuda.build_kernels, and when TVM fails to generate code for the chosen schedules
+    (``Check failed: (!load_remap_.count(alloc_key))`` on a TLM/rule point), finds the tasks that
+    fail alone and gives them dlight's schedule (the first release's CUDA scheduler). Returns
+    (kernels, records, fallbacks); a failure dlight cannot mend is the original LoweringError."""
+    from dataclasses import replace as replace_record
+
+    from .lower.cuda import build_kernels, generate
+    from .schedule.dlight import dlight_schedule
+
+    try:
+        return build_kernels(funcs, cuda, out_dir, say), records, []
+    except LoweringError as e:
+        if "TVM failed to build the CUDA kernels" not in str(e):
+            raise
+        original = e
+    tvm_target = cuda.tvm_target()
+    funcs, fallbacks = dict(funcs), []
+    by_task = {r.task: i for i, r in enumerate(records)}
+    records = list(records)
+    for task_id, func in list(funcs.items()):
+        try:
+            generate({task_id: func}, cuda)
+            continue
+        except LoweringError as e:
+            reason = one_line(e).removeprefix("LoweringError: ").replace("TVM failed to build the CUDA kernels: ", "")
+        scheduled, rule, _ = dlight_schedule(graph.task_funcs[task_id], tvm_target)
+        if scheduled is None:
+            raise original from None
+        funcs[task_id] = scheduled.with_attr("tirx.is_scheduled", True)
+        index = by_task[task_id]
+        records[index] = replace_record(records[index], sketch=-1, decisions=(), chosen_by="dlight",
+                                        note=f"code generation failed for the {records[index].chosen_by} schedule; {rule}")
+        fallback = Fallback("cuda-schedule", task_id, reason)
+        say(fallback.sentence())
+        fallbacks.append(fallback)
+    if not fallbacks:
+        raise original from None
+    return build_kernels(funcs, cuda, out_dir, say), records, fallbacks
