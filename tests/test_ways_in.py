@@ -101,3 +101,12 @@ def test_bert_torchscript_export_three_inputs_two_outputs_matches_onnxruntime(tm
 @pytest.mark.slow
 def test_bert_dynamo_export_opset18_matches_onnxruntime(tmp_path):
     _check_bert(tmp_path, onnx_cases.export_tiny_bert(tmp_path / "bert.onnx", dynamo=True, opset=18))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dynamo", "opset"), [(False, 7), (False, 9), (False, 11), (False, 13), (False, 17),
+                                               (True, 18)])
+def test_torch_exporters_from_opset_7_up_match_onnxruntime(tmp_path, dynamo, opset):
+    model = onnx_cases.export_small_torch_cnn(tmp_path / "cnn.onnx", dynamo=dynamo, opset=opset)
+    _build(model, tmp_path / "cnn.tar")
+    assert max(compare(tmp_path / "cnn.tar", model)) < 1e-4

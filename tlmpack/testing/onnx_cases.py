@@ -159,3 +159,32 @@ def computed_shape_constant(path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])], initializer=inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), str(path))
     return path
+
+
+def small_torch_cnn(seed: int = 0):
+    """A small torch CNN (conv, batch norm, ReLU, max pool, dropout, flatten, linear, softmax) with
+    seeded weights and live batch-norm statistics, for exporting at several opsets."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 16, 3, padding=1, groups=2), nn.ReLU(), nn.Dropout(0.3), nn.Flatten(),
+                          nn.Linear(16 * 8 * 8, 10), nn.Softmax(dim=1))
+    with torch.no_grad():
+        bn = model[1]
+        bn.running_mean.normal_(0, 0.1)
+        bn.running_var.uniform_(0.5, 1.5)
+        bn.weight.normal_(1, 0.1)
+        bn.bias.normal_(0, 0.1)
+    return model.eval()
+
+
+def export_small_torch_cnn(path, dynamo: bool, opset: int):
+    import torch
+
+    model = small_torch_cnn()
+    x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["probs"], dynamo=dynamo,
+                      opset_version=opset)
+    return path
