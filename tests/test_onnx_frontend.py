@@ -132,3 +132,31 @@ def test_cuda_codegen_failure_of_one_task_gives_that_task_dlight(monkeypatch, tm
     assert "boom" in fallbacks[0].reason
     assert next(r for r in new_records if r.task == bad).chosen_by == "dlight"
     assert set(kernels.launches) == set(funcs)
+
+
+def test_x86_compile_failure_of_one_task_gives_it_the_fixed_rules_on_plain_weights(monkeypatch, tmp_path):
+    from tlmpack.errors import LoweringError
+    from tlmpack.frontend import load_model
+    from tlmpack.graph import fuse_to_tir, partition
+    from tlmpack.graph_fallbacks import x86_kernels_with_fallback
+    from tlmpack.lower import x86 as lower_x86
+    from tlmpack.schedule.select import schedule_tasks
+
+    model = legacy_cnns.write("mobilenet_v1_clip", tmp_path / "m.onnx")
+    graph = partition(fuse_to_tir(load_model(str(model)).mod))
+    target = lower_x86.x86_target()
+    scheduled = schedule_tasks(graph, target.tvm_target(), "x86", "heuristic")
+    bad = next(iter(scheduled.splits))  # a task whose weight is pre-packed
+    chosen = scheduled.funcs[bad]
+    real = lower_x86.build_kernels
+
+    def build_kernels(funcs, tgt, out):
+        if funcs.get(bad) is chosen:
+            raise LoweringError("TVM failed to build the x86 kernels: InternalError: Check failed: boom")
+        return real(funcs, tgt, out)
+
+    monkeypatch.setattr(lower_x86, "build_kernels", build_kernels)
+    fallbacks = x86_kernels_with_fallback(scheduled, graph, target, tmp_path / "k.o", 8, lambda s: None)
+    assert [(f.transform, f.scope) for f in fallbacks] == [("x86-schedule", bad)]
+    assert bad not in scheduled.splits and (tmp_path / "k.o").stat().st_size > 0
+    assert next(r for r in scheduled.records if r.task == bad).chosen_by not in ("heuristic", "tlm")

@@ -112,9 +112,9 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     from .emit.x86_weights import pack_graph
     from .frontend import load_model
     from .graph import has_conv2d
-    from .graph_fallbacks import Fallback, Lowering, lower_graph
+    from .graph_fallbacks import Fallback, Lowering, lower_graph, x86_kernels_with_fallback
     from .lower.prepack import Packer
-    from .lower.x86 import build_kernels, x86_target
+    from .lower.x86 import x86_target
     from .schedule.hardware import detect_x86
     from .schedule.select import SelectOptions, schedule_tasks
 
@@ -169,14 +169,16 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             if scheduled.tlm is not None:
                 tlm_models["x86"] = scheduled.tlm
             fallbacks += scheduled.fallbacks
+            (stage / "x86").mkdir()
+            say("building x86 kernels with LLVM")
+            kernels_object = Path(tmp) / "kernels.o"
+            # before pre-packing: a task whose kernel does not compile loses its packed weight
+            fallbacks += x86_kernels_with_fallback(scheduled, x86_source, target, kernels_object,
+                                                   hardware.lanes(32), say)
             x86_graph = x86_source
             if scheduled.splits:
                 say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
                 x86_graph = pack_graph(x86_source, scheduled.splits, Packer().pack)
-            (stage / "x86").mkdir()
-            say("building x86 kernels with LLVM")
-            kernels_object = Path(tmp) / "kernels.o"
-            build_kernels(scheduled.funcs, target, kernels_object)
             plan = render_plan(x86_graph, imported.inputs, imported.outputs, imported.source.name, __version__,
                                target.features)
             link_model_library(stage, plan, kernels_object)

@@ -1,11 +1,13 @@
-"""Optional Relax transformations with fallbacks: a valid model must build, at worst a little slower.
+"""Optional transformations with fallbacks: a valid model must build, at worst a little slower.
 
 The channels-last conversion, TVM's FastMathTransform, constant folding and the matmul column
-padding only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on LRN's
-avg_pool3d: ``Expected nested to match tuple``; on 5-D transposes: ``Invalid SLayout``), so
-``lower_graph`` tries the full set first and switches transformations off one at a time, for the
-whole graph (Relax passes run on the whole module), until lowering and partitioning succeed. Each
-switch is a ``Fallback`` record: the build log says it and the manifest lists it.
+padding only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
+as ``R.nn.dropout`` with its mask used: ``Expected nested to match tuple``), so ``lower_graph``
+tries the full set first and switches transformations off one at a time, for the whole graph
+(Relax passes run on the whole module), until lowering and partitioning succeed. Per task,
+``x86_kernels_with_fallback`` and ``cuda_kernels_with_fallback`` replace a schedule TVM cannot
+compile, and schedule/select.py drops a pre-packing that fails. Each one is a ``Fallback``
+record: the build log says it and the manifest lists it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ class Fallback:
     """One optional transformation that was not applied, where, and the error that made us stop."""
 
     # switched off: channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing |
-    # cuda-schedule (the chosen CUDA schedule of a task, replaced by dlight's);
+    # cuda-schedule / x86-schedule (a task's chosen schedule that TVM cannot compile, replaced by
+    # dlight's / the fixed rules');
     # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
     transform: str
     scope: str  # "graph", or the task id for per-task fallbacks
@@ -124,3 +127,59 @@ def cuda_kernels_with_fallback(funcs: dict, records: list, graph, cuda, out_dir,
     if not fallbacks:
         raise original from None
     return build_kernels(funcs, cuda, out_dir, say), records, fallbacks
+
+
+def x86_kernels_with_fallback(scheduled, graph, target, out_object, vector_lanes: int,
+                              say: Callable[[str], None]) -> list:
+    """lower.x86.build_kernels, and when TVM fails to compile the chosen schedules, finds the tasks
+    that fail alone and gives them the fixed rules' schedule on the plain weight (their weight is
+    no longer pre-packed), or TVM's unscheduled loop nest. Changes ``scheduled`` (funcs, records,
+    splits) in place; returns the fallbacks. Call it before pre-packing: a dropped split must not
+    be packed."""
+    import tempfile
+    from dataclasses import replace as replace_record
+    from pathlib import Path
+
+    from .lower.x86 import build_kernels
+    from .schedule.select import fixed_schedule
+
+    try:
+        build_kernels(scheduled.funcs, target, out_object)
+        return []
+    except LoweringError as e:
+        if "TVM failed to build the x86 kernels" not in str(e):
+            raise
+        original = e
+    fallbacks = []
+    by_task = {r.task: i for i, r in enumerate(scheduled.records)}
+    with tempfile.TemporaryDirectory(prefix="tlmpack-x86-probe-") as tmp:
+        for task_id, func in list(scheduled.funcs.items()):
+            try:
+                build_kernels({task_id: func}, target, Path(tmp) / "probe.o")
+                continue
+            except LoweringError as e:
+                reason = one_line(e).removeprefix("LoweringError: ").replace("TVM failed to build the x86 kernels: ", "")
+            from tvm import s_tir
+
+            plain = graph.task_funcs[task_id]
+            fixed = fixed_schedule(plain, target.tvm_target(), vector_lanes)
+            index = by_task[task_id]
+            was = scheduled.records[index].chosen_by
+            if fixed is not None:
+                sketch, func, decisions, who = fixed
+                record = replace_record(scheduled.records[index], sketch=sketch, decisions=decisions, chosen_by=who,
+                                        note=f"compiling the {was} schedule failed")
+            else:
+                func = s_tir.Schedule(plain).mod["main"]
+                record = replace_record(scheduled.records[index], sketch=-1, decisions=(), chosen_by="unscheduled",
+                                        note=f"compiling the {was} schedule failed")
+            scheduled.funcs[task_id] = func
+            scheduled.records[index] = record
+            scheduled.splits.pop(task_id, None)
+            fallback = Fallback("x86-schedule", task_id, reason)
+            say(fallback.sentence())
+            fallbacks.append(fallback)
+    if not fallbacks:
+        raise original from None
+    build_kernels(scheduled.funcs, target, out_object)
+    return fallbacks
