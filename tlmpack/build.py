@@ -58,11 +58,11 @@ class BuildOptions:
 
 
 def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
-                options: BuildOptions) -> tuple[dict, list, dict | None]:
+                options: BuildOptions) -> tuple[dict, list, dict | None, list]:
     """Schedules (dlight), generates and compiles the CUDA kernels, renders and links the plan.
-    Returns the manifest's target entry and the schedule records."""
+    Returns the manifest's target entry, the schedule records, the TLM that chose and the fallbacks."""
     from .emit.cuda_plan import render_cuda_plan
-    from .lower.cuda import build_kernels
+    from .graph_fallbacks import cuda_kernels_with_fallback
     from .schedule.select import SelectOptions, schedule_cuda_tasks
 
     cuda_scheduler = options.scheduler if options.scheduler in ("tlm", "heuristic") else "dlight"
@@ -70,7 +70,7 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
     funcs, records, tlm = schedule_cuda_tasks(graph, cuda, say,
                                               scheduler=SelectOptions(cuda_scheduler, 0, _tlm_weights(options)))
     nvcc_dir = stage.parent / "nvcc"
-    kernels = build_kernels(funcs, cuda, nvcc_dir, say)
+    kernels, records, fallbacks = cuda_kernels_with_fallback(funcs, records, graph, cuda, nvcc_dir, say)
     (stage / "cuda").mkdir()
     for name in ["kernels.cu", *(file for file, _, _ in kernels.images)]:
         shutil.copy(nvcc_dir / name, stage / "cuda" / name)
@@ -82,7 +82,7 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
         f"(workspace {plan.workspace_bytes / 2**10:.1f} KiB)")
     entry = cuda.to_json() | {"files": files, "launches": plan.num_launches, "arena_bytes": plan.arena_bytes,
                               "workspace_bytes": plan.workspace_bytes}
-    return entry, records, tlm
+    return entry, records, tlm, fallbacks
 
 
 def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
@@ -119,9 +119,10 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
 
     from .emit.x86_weights import pack_graph
     from .frontend import load_model
-    from .graph import fuse_to_tir, has_conv2d, partition
+    from .graph import has_conv2d
+    from .graph_fallbacks import Fallback, Lowering, lower_graph, x86_kernels_with_fallback
     from .lower.prepack import Packer
-    from .lower.x86 import build_kernels, x86_target
+    from .lower.x86 import x86_target
     from .schedule.hardware import detect_x86
     from .schedule.select import SelectOptions, schedule_tasks
 
@@ -132,14 +133,21 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
     # CUDA keeps the model's layout. With both targets the x86 plan has its own graph and weights.
     x86_layout = ("NHWC" if "x86" in options.targets and options.scheduler in ("tlm", "heuristic")
                   and has_conv2d(imported.mod) else None)
+    # Every optional transformation falls back (graph_fallbacks.py); the manifest lists what fell back.
+    fallbacks: list = [Fallback("opset-upgrade", "graph", note) for note in imported.notes]
+    for fallback in fallbacks:
+        say(fallback.sentence())
     graph = None
     if cuda is not None or x86_layout is None:
-        graph = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math))
+        graph, _, taken = lower_graph(imported.mod, Lowering(None, options.fast_math), say=say)
+        fallbacks += taken
     x86_source = graph if x86_layout is None else None
     if x86_layout is not None:
         say(f"lowering for x86 with {x86_layout} convolutions")
-        x86_source = partition(fuse_to_tir(imported.mod, fast_math=options.fast_math, conv_layout=x86_layout),
-                               task_prefix="x" if graph is not None else "k")
+        x86_source, used, taken = lower_graph(imported.mod, Lowering(x86_layout, options.fast_math),
+                                              task_prefix="x" if graph is not None else "k", say=say)
+        fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
+        x86_layout = used.conv_layout
         graph = graph or x86_source
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
@@ -151,7 +159,8 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
         records_by_target: dict[str, dict] = {}
         tlm_models: dict[str, dict] = {}
         if cuda is not None:
-            entry, records, tlm_cuda = _build_cuda(stage, graph, imported, cuda, say, options)
+            entry, records, tlm_cuda, taken = _build_cuda(stage, graph, imported, cuda, say, options)
+            fallbacks += taken
             if tlm_cuda is not None:
                 tlm_models["cuda"] = tlm_cuda
             target_entries["cuda"] = entry
@@ -167,14 +176,17 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
                                        hardware)
             if scheduled.tlm is not None:
                 tlm_models["x86"] = scheduled.tlm
+            fallbacks += scheduled.fallbacks
+            (stage / "x86").mkdir()
+            say("building x86 kernels with LLVM")
+            kernels_object = Path(tmp) / "kernels.o"
+            # before pre-packing: a task whose kernel does not compile loses its packed weight
+            fallbacks += x86_kernels_with_fallback(scheduled, x86_source, target, kernels_object,
+                                                   hardware.lanes(32), say)
             x86_graph = x86_source
             if scheduled.splits:
                 say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
                 x86_graph = pack_graph(x86_source, scheduled.splits, Packer().pack)
-            (stage / "x86").mkdir()
-            say("building x86 kernels with LLVM")
-            kernels_object = Path(tmp) / "kernels.o"
-            build_kernels(scheduled.funcs, target, kernels_object)
             plan = render_plan(x86_graph, imported.inputs, imported.outputs, imported.source.name, __version__,
                                target.features)
             link_model_library(stage, plan, kernels_object)
@@ -204,6 +216,7 @@ def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], Non
             "memory": graph.memory_json(),
             "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
             "subgraphs": subgraphs(graph, x86_source, records_by_target, order),
+            "fallbacks": [f.to_json() for f in fallbacks],
         }
         write_manifest(stage, manifest)
         out.parent.mkdir(parents=True, exist_ok=True)

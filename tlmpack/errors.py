@@ -14,11 +14,13 @@ class ModelLoadError(TlmpackBuildError):
 class UnsupportedOperatorError(TlmpackBuildError):
     """TVM has no converter (or lowering) for an operator of the model."""
 
-    def __init__(self, op: str, node: str, detail: str = "") -> None:
+    def __init__(self, op: str, node: str, detail: str = "", opset: int | None = None) -> None:
         self.op = op
         self.node = node
+        self.opset = opset
         more = f": {detail}" if detail else ""
-        super().__init__(f"unsupported operator {op!r} at node {node!r}{more}")
+        at_opset = f" (opset {opset})" if opset is not None else ""
+        super().__init__(f"unsupported operator {op!r}{at_opset} at node {node!r}{more}")
 
 
 class InputShapeError(TlmpackBuildError):
@@ -27,3 +29,13 @@ class InputShapeError(TlmpackBuildError):
 
 class LoweringError(TlmpackBuildError):
     """TVM or the C toolchain failed to build a kernel or the model library."""
+
+
+def one_line(error: BaseException, limit: int = 240) -> str:
+    """An exception as one short line: its type and the most specific line of its message
+    (TVM's InternalError carries a C++ backtrace first and the check that failed last)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    checks = [ln for ln in lines if "Check failed" in ln or ln.startswith(("InternalError", "TVMError", "ValueError"))]
+    text = (checks[-1] if checks else lines[-1] if lines else "").removeprefix("error: ")
+    text = text.replace("Relax could not lower the model to TIR: ", "")
+    return f"{type(error).__name__}: {text}"[:limit]

@@ -90,19 +90,23 @@ def has_conv2d(mod) -> bool:
     return "R.nn.conv2d(" in mod["main"].script()
 
 
-def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None):
+def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
+                pad_columns: bool = True):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
     TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86).
     ``conv_layout="NHWC"`` converts convolutions (and the ops between them) to channels-last, so a
     conv is a GEMM whose output channels are the contiguous, vectorised loop; the transposed
-    weights fold into constants and transposes remain only at the model's edges."""
+    weights fold into constants and transposes remain only at the model's edges. ``fold_constants``
+    and ``pad_columns`` (relax_rewrites.pad_matmul_columns) are optional too: graph_fallbacks.py
+    switches each off when TVM trips over it."""
     import tvm
     from tvm import relax
 
     from .relax_rewrites import pad_matmul_columns
 
-    mod = pad_matmul_columns(mod)
+    if pad_columns:
+        mod = pad_matmul_columns(mod)
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([
@@ -110,7 +114,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None):
         *([relax.transform.FastMathTransform()] if fast_math else []),  # rewrites Relax ops: first
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
+        *([relax.transform.FoldConstant()] if fold_constants else []),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(["main"]),

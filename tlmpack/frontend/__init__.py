@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ class ImportedModel:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     source: SourceInfo
+    notes: list[str] = field(default_factory=list)  # rescues the frontend made (e.g. an opset upgrade)
 
 
 def file_sha256(path: str | Path) -> str:

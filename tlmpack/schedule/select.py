@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..graph import Graph
@@ -220,6 +220,7 @@ class ScheduledTasks:
     choose_ms: dict[str, float]
     total_ms: dict[str, float]
     tlm: dict | None = None
+    fallbacks: list = field(default_factory=list)  # graph_fallbacks.Fallback: tasks built without pre-packing
 
 
 def _arg_types(graph: Graph, task_id: str) -> tuple[list[tuple[tuple[int, ...], str]], int]:
@@ -286,6 +287,22 @@ def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice
     return RuleChoice(tuned.sketch, replayed[0], replayed[1], note, 0.0, (time.perf_counter() - started) * 1e3)
 
 
+def _choose_x86_or_unpacked(graph: Graph, task, func, tvm_target, hardware, prepack: bool, options: SelectOptions,
+                            out: ScheduledTasks):
+    """Pre-packing is optional: when TVM fails to split or pack a task's weight, the task is
+    chosen again with the plain weight, and ``out.fallbacks`` says so."""
+    from ..errors import one_line
+    from ..graph_fallbacks import Fallback
+
+    try:
+        return _choose_x86(graph, task, func, tvm_target, hardware, prepack, options)
+    except Exception as e:
+        if not prepack:
+            raise
+        out.fallbacks.append(Fallback("pre-packing", task.id, one_line(e)))
+        return _choose_x86(graph, task, func, tvm_target, hardware, False, options)
+
+
 def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | SelectOptions = "tlm",
                    vector_lanes: int = 8, progress: Callable[[str], None] | None = None, hardware: Any = None,
                    prepack: bool = True) -> ScheduledTasks:
@@ -307,7 +324,8 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | Select
         started = time.perf_counter()
         scheduled, record, prefix = None, None, ""
         if options.scheduler in ("tlm", "heuristic"):
-            choice, chosen_by, prefix, split, tlm = _choose_x86(graph, task, func, target, hardware, prepack, options)
+            choice, chosen_by, prefix, split, tlm = _choose_x86_or_unpacked(graph, task, func, target, hardware,
+                                                                            prepack, options, out)
             if tlm is not None and chosen_by in ("tlm", "search"):
                 out.tlm = tlm.to_json()
             if choice is not None:
