@@ -171,7 +171,7 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
         low, high = ranges.get(info.kind, [size, size])
         ranges[info.kind] = [min(low, size), max(high, size)]
     summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
-                              len(data.tasks) + (base.summary.tasks if base else 0),
+                              max(len(data.tasks), base.summary.tasks if base else 0),
                               len(data.grammar) + len(data.taste), cfg.seed, data.sha256)
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
