@@ -90,10 +90,10 @@ def variant(tmp_path: Path, lib_dir: Path):
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lib_dir: Path) -> Path:
     d = tmp_path / "cache"
     monkeypatch.setenv("TLMPACK_CACHE", str(d))
-    monkeypatch.delenv("TLMPACK_RUNTIME_LIB", raising=False)
+    monkeypatch.setenv("TLMPACK_RUNTIME_LIB", str(lib_dir / "libtlmrt.so"))  # the one built with the fakes
     return d
 
 

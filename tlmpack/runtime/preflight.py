@@ -1,7 +1,10 @@
 """Preflight: everything that can be checked about an artifact before any of its code is loaded.
 
-The manifest is read and validated, every file's sha256 is compared with the manifest (and with
-SHA256SUMS), and a target that this machine can run is chosen. Nothing from the artifact is
+SHA256SUMS is the root: it lists every file of the artifact with its sha256, manifest.json included,
+so the manifest is checked against it before it is believed; the manifest's own `files` must agree
+with it, and a file that neither lists is refused. Every file's sha256 is compared (`check`), and a
+target that this machine can run is chosen. `load` hashes only what it uses, once, when it uses it
+(see stage.py); the manifest it reads is the bytes that were hashed. Nothing from the artifact is
 loaded, so `check()` is safe to run on an artifact nobody trusts yet (`tlmpack check`). A CUDA
 target is checked against the NVIDIA driver itself (libcuda.so.1 through ctypes: the driver
 version, the GPUs and their SM versions), the first time one is considered.
@@ -9,6 +12,7 @@ version, the GPUs and their SM versions), the first time one is considered.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -107,6 +111,11 @@ def read_cpu_features(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> froz
 
 def read_manifest(artifact_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads and validates manifest.json: the format, its version, and the fields the runtime relies on."""
+    return _read_manifest(artifact_dir)[0]
+
+
+def _read_manifest(artifact_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """read_manifest, plus the sha256 of the very bytes that were parsed."""
     path = Path(artifact_dir) / MANIFEST
     try:
         raw = path.read_bytes()
@@ -118,6 +127,8 @@ def read_manifest(artifact_dir: str | os.PathLike[str]) -> dict[str, Any]:
         manifest = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{path}: not valid JSON ({e})") from e
+    except RecursionError:
+        raise ArtifactError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{path}: expected a JSON object, found {type(manifest).__name__}")
     fmt = manifest.get("format")
@@ -131,7 +142,7 @@ def read_manifest(artifact_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise ArtifactError(f"{path}: format_version {version!r} is not supported; this runtime reads "
                             f"format_version {supported}{hint}")
     _validate_manifest(path, manifest)
-    return manifest
+    return manifest, hashlib.sha256(raw).hexdigest()
 
 
 def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
@@ -224,21 +235,25 @@ def read_sha256sums(artifact_dir: str | os.PathLike[str]) -> dict[str, str]:
         rel = rel.lstrip(" *")  # " " text mode, "*" binary mode
         if not sep or len(digest) != 64 or not rel:
             raise ArtifactError(f"{path}: line {n} is not '<sha256>  <path>': {line!r}")
+        if rel in sums:
+            raise ArtifactError(f"{path}: line {n} lists {rel!r} a second time")
         sums[rel] = digest.lower()
     return sums
 
 
 def verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> list[ArtifactError]:
-    """Compares every file listed in the manifest with its sha256, and SHA256SUMS with the manifest.
+    """Compares every file with SHA256SUMS and the manifest: hashes, unlisted files, manifest.json itself.
 
     Returns one error per problem (empty when all is well) so `check` can show them all;
     `load` raises the first.
     """
-    return _verify_files(artifact_dir, manifest)[1]
+    raw = (Path(artifact_dir) / MANIFEST).read_bytes()
+    return _verify_files(artifact_dir, manifest, hashlib.sha256(raw).hexdigest(), hash_files=True)[1]
 
 
-def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> tuple[int, list[ArtifactError]]:
-    """verify_files, plus how many files matched their hash."""
+def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any], manifest_sha256: str,
+                  hash_files: bool) -> tuple[int, list[ArtifactError]]:
+    """verify_files, plus how many files matched their hash; without hash_files, every check but the hashes."""
     root = Path(artifact_dir)
     matched = 0
     files: dict[str, str] = manifest["files"]
@@ -248,6 +263,15 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
     except ArtifactError as e:
         problems.append(e)
     else:
+        listed = sums.pop(MANIFEST, None)
+        if listed is None:
+            problems.append(ArtifactError(
+                f"{SHA256SUMS} does not list {MANIFEST}, so nothing vouches for the manifest; rebuild the "
+                f"artifact with this tlmpack"))
+        elif listed != manifest_sha256:
+            problems.append(ArtifactError(
+                f"{MANIFEST}: sha256 mismatch (expected {listed[:12]}… from {SHA256SUMS}, found "
+                f"{manifest_sha256[:12]}…); the artifact is corrupted or was modified"))
         if sums != files:
             only_sums = sorted(set(sums) - set(files))
             only_manifest = sorted(set(files) - set(sums))
@@ -256,12 +280,15 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
                     f"{only_sums[0]!r} is in SHA256SUMS only" if only_sums else
                     f"they give different hashes for {differ[0]!r}")
             problems.append(ArtifactError(f"{SHA256SUMS} and manifest.json disagree: {what}"))
+    problems.extend(_unlisted_files(root, set(files) | {MANIFEST, SHA256SUMS}))
     for rel in sorted(files):
         path = root / rel
         if path.is_symlink() or not path.is_file():
             problems.append(ArtifactError(
                 f"{rel}: listed in manifest.json but {'a link' if path.is_symlink() else 'missing'} "
                 f"in the artifact {root}"))
+            continue
+        if not hash_files:
             continue
         try:
             found = sha256_file(path)
@@ -275,6 +302,20 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
         else:
             matched += 1
     return matched, problems
+
+
+def _unlisted_files(root: Path, listed: set[str]) -> list[ArtifactError]:
+    """A problem for every file or link in the artifact folder that SHA256SUMS does not vouch for."""
+    problems = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in sorted(filenames) + sorted(d for d in dirnames if (here / d).is_symlink()):
+            rel = (here / name).relative_to(root).as_posix()
+            if rel not in listed:
+                problems.append(ArtifactError(
+                    f"{rel}: in the artifact {root} but not listed in {SHA256SUMS}; refusing an artifact "
+                    f"with unlisted files"))
+    return problems
 
 
 def target_problems(target: Mapping[str, Any], host: Host, device_index: int = 0) -> list[str]:
@@ -432,9 +473,11 @@ def resolve_artifact(path: str | os.PathLike[str]) -> Path:
     raise ArtifactError(f"{p}: no such file or directory")
 
 
-def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None) -> CheckReport:
+def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None, *,
+          hash_files: bool = True) -> CheckReport:
     """Runs every preflight check without loading any code; returns a report instead of raising.
 
+    hash_files=False skips the sha256 of the files (load hashes what it uses as it uses it).
     Only a malformed `device` raises (ValueError): that is a caller mistake, not an artifact problem.
     """
     dev = Device.parse(device)
@@ -444,10 +487,10 @@ def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None 
     except TlmpackError as e:
         return CheckReport(p, str(dev), problems=(e,))
     try:
-        manifest = read_manifest(artifact_dir)
+        manifest, manifest_sha256 = _read_manifest(artifact_dir)
     except TlmpackError as e:
         return CheckReport(p, str(dev), artifact_dir, problems=(e,))
-    matched, file_problems = _verify_files(artifact_dir, manifest)
+    matched, file_problems = _verify_files(artifact_dir, manifest, manifest_sha256, hash_files)
     problems: list[TlmpackError] = list(file_problems)
     target = None
     notes: list[str] = []
