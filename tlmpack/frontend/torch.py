@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
+import zipfile
 from pathlib import Path
 
 from ..errors import ModelLoadError, UnsupportedOperatorError
@@ -62,17 +64,29 @@ def _input_specs(ep) -> list[TensorSpec]:
     return specs
 
 
-def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:
-    """Exports (or loads) the program and converts it with TVM's ExportedProgram frontend."""
+def _load_pt2(reference: str):
+    """torch.export.load, with one line instead of torch's logged traceback when the file is not a program."""
+    if not Path(reference).is_file():
+        raise ModelLoadError(f"{reference}: no such file")
+    if not zipfile.is_zipfile(reference):  # a .pt2 is a zip archive; say so before importing torch
+        raise ModelLoadError(f"{reference}: not a torch.export program (not a zip archive, which a .pt2 file is)")
     import torch
 
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # torch logs the whole traceback of a failed load as a warning
+    try:
+        return torch.export.load(reference)
+    except Exception as e:
+        raise ModelLoadError(f"{reference}: not a torch.export program ({type(e).__name__}: {e})") from None
+    finally:
+        log.setLevel(level)
+
+
+def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:
+    """Exports (or loads) the program and converts it with TVM's ExportedProgram frontend."""
     if reference.endswith(".pt2"):
-        if not Path(reference).is_file():
-            raise ModelLoadError(f"{reference}: no such file")
-        try:
-            ep = torch.export.load(reference)
-        except Exception as e:
-            raise ModelLoadError(f"{reference}: not a torch.export program ({type(e).__name__}: {e})") from None
+        ep = _load_pt2(reference)
         sha, name = file_sha256(reference), Path(reference).stem
     else:
         ep = _export_from_factory(reference)

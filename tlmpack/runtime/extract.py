@@ -199,6 +199,32 @@ def _cache_key(tar_name: str, tf: tarfile.TarFile, members: list[tarfile.TarInfo
         raise ArtifactError(f"{tar_name}: the archive is damaged or truncated ({e})") from None
 
 
+def read_members(tar_path: str | os.PathLike[str], names: tuple[str, ...],
+                 limit: int = _MAX_SUMS_BYTES) -> dict[str, bytes]:
+    """The bytes of a few small regular members (absent names are left out), from a checked archive.
+
+    For reading manifest.json without extracting anything (`tlmpack inspect`): the listing is
+    checked like an extraction's, so a damaged or hostile archive is refused the same way.
+    """
+    tar_path = Path(tar_path)
+    with _open_tar(tar_path) as tf:
+        members = _members(tar_path.name, tf)
+        check_members(tar_path.name, members)
+        out: dict[str, bytes] = {}
+        for m in members:
+            name = _normalized(m.name)
+            if name in names and m.isreg():
+                if m.size > limit:
+                    raise ArtifactError(f"{tar_path.name}: {name} is {m.size} bytes, expected at most {limit}")
+                f = tf.extractfile(m)
+                assert f is not None
+                try:
+                    out[name] = f.read()
+                except (OSError, EOFError, tarfile.TarError) as e:
+                    raise ArtifactError(f"{tar_path.name}: the archive is damaged or truncated ({e})") from None
+        return out
+
+
 def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Extracts `tar_path` once into `<cache>/artifacts/<sha256 of its SHA256SUMS>` and returns that folder.
 

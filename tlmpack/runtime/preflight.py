@@ -25,7 +25,7 @@ from typing import Any
 
 from tlmpack.runtime import _cuda
 from tlmpack.runtime.errors import ArtifactError, IncompatibleTargetError, TlmpackError
-from tlmpack.runtime.extract import extract_artifact, sha256_file, unsafe_path_reason
+from tlmpack.runtime.extract import extract_artifact, read_members, sha256_file, unsafe_path_reason
 
 FORMAT = "tlmpack"
 SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
@@ -123,6 +123,11 @@ def _read_manifest(artifact_dir: str | os.PathLike[str]) -> tuple[dict[str, Any]
         raise ArtifactError(f"{artifact_dir}: no {MANIFEST}; this is not a tlmpack artifact") from None
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read it ({e.strerror or e})") from e
+    return parse_manifest(path, raw), hashlib.sha256(raw).hexdigest()
+
+
+def parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
+    """Parses and validates manifest.json's bytes; `path` names it in messages."""
     try:
         manifest = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -142,7 +147,7 @@ def _read_manifest(artifact_dir: str | os.PathLike[str]) -> tuple[dict[str, Any]
         raise ArtifactError(f"{path}: format_version {version!r} is not supported; this runtime reads "
                             f"format_version {supported}{hint}")
     _validate_manifest(path, manifest)
-    return manifest, hashlib.sha256(raw).hexdigest()
+    return manifest
 
 
 def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
@@ -222,18 +227,27 @@ def read_sha256sums(artifact_dir: str | os.PathLike[str]) -> dict[str, str]:
     """Parses SHA256SUMS ("<sha256>  <path>" lines, as sha256sum writes them)."""
     path = Path(artifact_dir) / SHA256SUMS
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{artifact_dir}: no {SHA256SUMS}; the artifact is incomplete") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{path}: cannot read it ({e})") from e
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read it ({e.strerror or e})") from e
+    return parse_sha256sums(path, raw)
+
+
+def parse_sha256sums(path: Path, raw: bytes) -> dict[str, str]:
+    """Parses SHA256SUMS's bytes into {path: sha256}; refuses what sha256sum would not have written."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise ArtifactError(f"{path}: not UTF-8 text ({e})") from None
     sums: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         digest, sep, rel = line.partition(" ")
         rel = rel.lstrip(" *")  # " " text mode, "*" binary mode
-        if not sep or len(digest) != 64 or not rel:
+        if not sep or len(digest) != 64 or not rel or not all(c in "0123456789abcdefABCDEF" for c in digest):
             raise ArtifactError(f"{path}: line {n} is not '<sha256>  <path>': {line!r}")
         if rel in sums:
             raise ArtifactError(f"{path}: line {n} lists {rel!r} a second time")
@@ -463,6 +477,30 @@ class CheckReport:
         return out
 
 
+def manifest_of(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of an artifact folder or .tar, checked against SHA256SUMS; nothing is extracted."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        manifest, digest = _read_manifest(p)
+        sums = read_sha256sums(p)
+    elif p.is_file():
+        found = read_members(p, (MANIFEST, SHA256SUMS))
+        if MANIFEST not in found:
+            raise ArtifactError(f"{p.name}: no {MANIFEST}; this is not a tlmpack artifact")
+        if SHA256SUMS not in found:
+            raise ArtifactError(f"{p.name}: no {SHA256SUMS}; the artifact is incomplete")
+        manifest = parse_manifest(p / MANIFEST, found[MANIFEST])
+        digest = hashlib.sha256(found[MANIFEST]).hexdigest()
+        sums = parse_sha256sums(p / SHA256SUMS, found[SHA256SUMS])
+    else:
+        raise ArtifactError(f"{p}: not a regular file or folder" if p.exists() else f"{p}: no such file or directory")
+    if sums.get(MANIFEST) != digest:
+        what = "does not list it" if MANIFEST not in sums else f"lists {sums[MANIFEST][:12]}…, found {digest[:12]}…"
+        raise ArtifactError(f"{p.name}: {MANIFEST} is not the one {SHA256SUMS} vouches for ({what}); "
+                            f"the artifact is corrupted or was modified")
+    return manifest
+
+
 def resolve_artifact(path: str | os.PathLike[str]) -> Path:
     """A directory is used in place; a file is treated as a tar and extracted into the cache."""
     p = Path(path).expanduser()
@@ -470,7 +508,7 @@ def resolve_artifact(path: str | os.PathLike[str]) -> Path:
         return p
     if p.is_file():
         return extract_artifact(p)
-    raise ArtifactError(f"{p}: no such file or directory")
+    raise ArtifactError(f"{p}: not a regular file or folder" if p.exists() else f"{p}: no such file or directory")
 
 
 def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None, *,
