@@ -134,12 +134,12 @@ def _printable(text: object) -> str:
     return s if s.isprintable() else s.encode("unicode_escape").decode("ascii")
 
 
-COMPILER_MODULES = {"tvm": "apache-tvm", "onnx": "onnx", "torch": "torch"}
+COMPILER_MODULES = {"tvm": "apache-tvm", "jinja2": "jinja2", "onnx": "onnx", "torch": "torch"}
 
 
 def missing_compiler_modules(model: str) -> list[str]:
     """The compiler's packages that `build MODEL` needs and this environment lacks."""
-    needed = ["tvm", "onnx" if model.endswith(".onnx") else "torch"]
+    needed = ["tvm", "jinja2", "onnx" if model.endswith(".onnx") else "torch"]
     return [COMPILER_MODULES[m] for m in needed if importlib.util.find_spec(m) is None]
 
 
@@ -180,7 +180,7 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     missing = missing_compiler_modules(model)
     if missing:
-        _fail(f"tlmpack build needs the compiler, and {', '.join(missing)} is not installed here; "
+        _fail(f"tlmpack build needs the compiler, and this environment lacks {', '.join(missing)}; "
               f"install it with: pip install 'tlmpack[compiler]'")
     from .build import BuildOptions
     from .build import build as build_artifact

@@ -64,6 +64,17 @@ def _input_specs(ep) -> list[TensorSpec]:
     return specs
 
 
+class _Captured(logging.Handler):
+    """Keeps the records a logger emits instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def _load_pt2(reference: str):
     """torch.export.load, with one line instead of torch's logged traceback when the file is not a program."""
     if not Path(reference).is_file():
@@ -73,14 +84,18 @@ def _load_pt2(reference: str):
     import torch
 
     log = logging.getLogger("torch.export")
-    level = log.level
-    log.setLevel(logging.CRITICAL)  # torch logs the whole traceback of a failed load as a warning
+    captured = _Captured()
+    saved = (log.handlers[:], log.propagate)
+    log.handlers, log.propagate = [captured], False  # torch logs a failed load's traceback as a warning
     try:
         return torch.export.load(reference)
     except Exception as e:
-        raise ModelLoadError(f"{reference}: not a torch.export program ({type(e).__name__}: {e})") from None
+        causes = [r.exc_info[1] for r in captured.records if r.exc_info and r.exc_info[1] is not None]
+        cause = causes[0] if causes else e  # torch's own exception only says "check the warnings above"
+        detail = str(cause).strip().split(". ")[0].splitlines()[0] if str(cause).strip() else ""
+        raise ModelLoadError(f"{reference}: not a torch.export program ({type(cause).__name__}: {detail})") from None
     finally:
-        log.setLevel(level)
+        log.handlers, log.propagate = saved
 
 
 def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:

@@ -293,7 +293,7 @@ class Library:
 
 
 _loaded: dict[Path, Library] = {}
-_load_lock = threading.Lock()
+_load_lock = threading.RLock()  # the kernel timer holds it around load_library()
 
 
 def load_library() -> Library:
