@@ -29,7 +29,7 @@ def test_artifact_matches_onnxruntime_on_fresh_inputs(build_zoo_model, name):
     for seed in (11, 12):
         feed = zoo.random_inputs(name, seed)  # token ids stay inside each model's vocabulary
         refs = onnxruntime_outputs(onnx_path, feed)
-        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs)):
+        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs, strict=True)):
             check_live(spec.name, ref)
             if previous is not None:
                 check_input_sensitive(spec.name, previous[i], ref)
@@ -155,7 +155,7 @@ def test_c_example_prints_the_same_outputs_as_python(build_zoo_model, tmp_path):
     out_dir.mkdir()
     result = subprocess.run([str(exe), "-o", str(out_dir), str(folder), *inputs], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    for i, (spec, expected) in enumerate(zip(model.outputs, model.run(None, feed))):
+    for i, (spec, expected) in enumerate(zip(model.outputs, model.run(None, feed), strict=True)):
         got = np.fromfile(out_dir / f"out_{i}.bin", dtype=spec.dtype).reshape(spec.shape)
         np.testing.assert_array_equal(got, expected)
         assert spec.name in result.stdout

@@ -403,13 +403,15 @@ def test_dlpack_tensor_is_accepted(model: rt.Model) -> None:
 
 
 def test_cpu_torch_tensor_is_accepted_through_dlpack(model: rt.Model) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     y, z = model(x=torch.from_numpy(X.copy()), k=torch.tensor([3], dtype=torch.int32))
     np.testing.assert_allclose(z, expected()[1], rtol=1e-6)
 
 
 def test_torch_tensor_that_requires_grad_is_refused_with_the_reason(model: rt.Model) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     with pytest.raises(rt.InputError, match="input 'x': cannot read the Tensor through DLPack"):
         model(x=torch.zeros(2, 3, requires_grad=True), k=K)
 

@@ -92,7 +92,8 @@ def _load_pt2(reference: str):
     except Exception as e:
         causes = [r.exc_info[1] for r in captured.records if r.exc_info and r.exc_info[1] is not None]
         cause = causes[0] if causes else e  # torch's own exception only says "check the warnings above"
-        detail = str(cause).strip().split(". ")[0].splitlines()[0] if str(cause).strip() else ""
+        lines = str(cause).strip().splitlines()
+        detail = lines[0][:200] if lines else ""
         raise ModelLoadError(f"{reference}: not a torch.export program ({type(cause).__name__}: {detail})") from None
     finally:
         log.handlers, log.propagate = saved
