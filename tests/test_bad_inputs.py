@@ -689,6 +689,7 @@ def test_build_of_a_zip_that_is_not_a_pt2_is_one_line(tmp_path: Path) -> None:
     (["garbage.onnx", "--input-shape", "x:abc"], ("x:abc",)),
     (["garbage.onnx", "--scheduler", "magic"], ("--scheduler",)),
     (["nomodule.nothere:factory"], ("cannot import the factory",)),
+    (["garbage.onnx", "--disable-rules", "x86-magic"], ("unknown rule 'x86-magic'",)),
 ])
 def test_bad_build_is_one_line(args: list[str], words: tuple[str, ...], tmp_path: Path) -> None:
     (tmp_path / "garbage.onnx").write_bytes(np.random.default_rng(0).bytes(500))

@@ -45,7 +45,7 @@ def _multi_output_onnx(path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def multi_output(tmp_path_factory):
-    from tlmpack.emit.package import BuildOptions, build
+    from tlmpack.build import BuildOptions, build
 
     d = tmp_path_factory.mktemp("multi_output")
     names = _multi_output_onnx(d / "multi.onnx")

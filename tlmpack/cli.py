@@ -174,9 +174,14 @@ def main(debug: bool) -> None:
                    "point) and keep the fastest (chosen_by: search). 0: no measurement.")
 @click.option("--cuda-arch", "cuda_archs", default=None, metavar="sm_XX[,sm_YY…]",
               help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
+@click.option("--disable-rules", default=None, metavar="RULE[,RULE…]",
+              help="Switch heuristic rules off by name (default: $TLMPACK_DISABLE_RULES, else none); recorded.")
+@click.option("--cuda-pipeline/--no-cuda-pipeline", default=None,
+              help="CUDA matmul: prefer the pipelined sketch (default: $TLMPACK_CUDA_PIPELINE, else off); recorded.")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
-          scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool) -> None:
+          scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool,
+          disable_rules: str | None, cuda_pipeline: bool | None) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     missing = missing_compiler_modules(model)
     if missing:
@@ -189,7 +194,10 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
                            input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
                            cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()),
-                           fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights))
+                           fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights),
+                           cuda_pipeline=cuda_pipeline,
+                           disabled_rules=None if disable_rules is None else
+                           tuple(r.strip() for r in disable_rules.split(",") if r.strip()))
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
 
 
