@@ -267,6 +267,8 @@ ARTIFACT_CASES: dict[str, tuple[Callable[[Path, Path], Path], type[Exception], t
                                    ("format is 'onnx', expected 'tlmpack'",)),
     "format-version-newer": (_manifest(lambda m: m.update(format_version=99)), rt.ArtifactError,
                              ("format_version 99", "upgrade tlmpack")),
+    "format-version-older": (_manifest(lambda m: m.update(format_version=1)), rt.ArtifactError,
+                             ("format_version 1", "rebuild it")),
     "format-version-a-string": (_manifest(lambda m: m.update(format_version="1")), rt.ArtifactError,
                                 ("format_version '1' is not supported",)),
     "format-version-true": (_manifest(lambda m: m.update(format_version=True)), rt.ArtifactError,

@@ -73,7 +73,7 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
         manifest = json.load(t.extractfile("manifest.json"))
         names = t.getnames()
         files = {m.name for m in t.getmembers() if m.isfile()}
-    assert manifest["format_version"] == 1
+    assert manifest["format_version"] == 2
     assert {"weights.bin", "x86/model.so", "runtime_c/libtlmrt.so", "include/tlmrt.h", "SHA256SUMS"} <= set(names)
     assert set(manifest["files"]) == files - {"manifest.json", "SHA256SUMS"}
     chosen = set()

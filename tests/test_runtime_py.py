@@ -235,7 +235,7 @@ def test_unsupported_format_version_says_which_was_found_and_which_is_supported(
     m = fabricate.read_manifest(artifact)
     m["format_version"] = 7
     fabricate.write_manifest(artifact, m)
-    with pytest.raises(rt.ArtifactError, match=r"format_version 7 is not supported; this runtime reads format_version 1"):
+    with pytest.raises(rt.ArtifactError, match=r"format_version 7 is not supported; this runtime reads format_version 2"):
         rt.load(artifact)
 
 

@@ -66,7 +66,7 @@ def make_artifact(dest: Path, *, runtime_lib: Path | None = None, cpu_features: 
     files = {p.relative_to(dest).as_posix(): sha256(p) for p in sorted(dest.rglob("*")) if p.is_file()}
     manifest = {
         "format": "tlmpack",
-        "format_version": 1,
+        "format_version": 2,
         "tlmpack_version": "0.1.0",
         "tvm_version": "none (fabricated by tests)",
         "model": {"name": "fake_add_scale", "source": "fake_plan.c", "source_sha256": sha256(FAKE_PLAN)},

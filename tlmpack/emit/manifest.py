@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 FORMAT = "tlmpack"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: SHA256SUMS lists manifest.json too
 
 
 def file_hashes(folder: Path) -> dict[str, str]:

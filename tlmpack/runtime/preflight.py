@@ -28,7 +28,7 @@ from tlmpack.runtime.errors import ArtifactError, IncompatibleTargetError, Tlmpa
 from tlmpack.runtime.extract import extract_artifact, read_members, sha256_file, unsafe_path_reason
 
 FORMAT = "tlmpack"
-SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
+SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (2,)  # 2: SHA256SUMS covers manifest.json
 MANIFEST = "manifest.json"
 SHA256SUMS = "SHA256SUMS"
 
@@ -142,8 +142,11 @@ def parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
     version = manifest.get("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS or isinstance(version, bool):
         supported = ", ".join(str(v) for v in SUPPORTED_FORMAT_VERSIONS)
-        hint = (" (an artifact from a newer tlmpack; upgrade tlmpack to load it)"
-                if isinstance(version, int) and version > max(SUPPORTED_FORMAT_VERSIONS) else "")
+        newer = isinstance(version, int) and version > max(SUPPORTED_FORMAT_VERSIONS)
+        older = isinstance(version, int) and 0 < version < min(SUPPORTED_FORMAT_VERSIONS)
+        hint = (" (an artifact from a newer tlmpack; upgrade tlmpack to load it)" if newer else
+                " (an artifact from an older tlmpack, whose SHA256SUMS does not vouch for manifest.json; rebuild it)"
+                if older else "")
         raise ArtifactError(f"{path}: format_version {version!r} is not supported; this runtime reads "
                             f"format_version {supported}{hint}")
     _validate_manifest(path, manifest)
