@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -148,24 +149,28 @@ def main() -> None:
     ap.add_argument("--weights-mb", type=int, default=300)
     ap.add_argument("--checkout", action="append", default=[], metavar="LABEL=PATH",
                     help="a tlmpack checkout to measure (repeatable; default: this one)")
+    ap.add_argument("--repeat", type=int, default=3, help="times each phase runs (median and min reported)")
     ap.add_argument("--note", default="")
     ap.add_argument("--benchmarks-md", type=Path, default=REPO / "BENCHMARKS.md")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     checkouts = [(c.partition("=")[0], Path(c.partition("=")[2]).resolve()) for c in args.checkout] or [("this", REPO)]
 
-    rows = []
+    runs: dict[tuple[str, str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="tlmpack-load-bench-") as tmp:
-        for label, checkout in checkouts:
-            work = Path(tmp) / label
-            tar = make_tar(checkout, work, args.weights_mb)
-            cache = work / "cache"
-            for phase in ("cold", "warm"):
-                for r in measure(checkout, tar, cache):
-                    rows.append({"checkout": label, "phase": phase, **r})
-    header = "| checkout | phase | load | wall s | VmRSS MiB after | VmHWM MiB |\n|---|---|---:|---:|---:|---:|\n"
-    table = header + "".join(f"| {r['checkout']} | {r['phase']} | {r['load']} | {r['s']:.3f} | {r['VmRSS']:.0f} | "
-                             f"{r['VmHWM']:.0f} |\n" for r in rows)
+        tars = {label: make_tar(checkout, Path(tmp) / label, args.weights_mb) for label, checkout in checkouts}
+        for rep in range(args.repeat):  # checkouts alternate, so a busy moment hits each alike
+            for label, checkout in checkouts:
+                cache = Path(tmp) / label / f"cache{rep}"
+                for phase in ("cold", "warm"):
+                    for r in measure(checkout, tars[label], cache):
+                        runs.setdefault((label, phase, r["load"]), []).append(r)
+    header = ("| checkout | phase | load | wall s (median) | wall s (min) | VmRSS MiB after | VmHWM MiB |\n"
+              "|---|---|---:|---:|---:|---:|---:|\n")
+    table = header + "".join(
+        f"| {label} | {phase} | {load} | {statistics.median(r['s'] for r in rs):.3f} | {min(r['s'] for r in rs):.3f} | "
+        f"{max(r['VmRSS'] for r in rs):.0f} | {max(r['VmHWM'] for r in rs):.0f} |\n"
+        for (label, phase, load), rs in runs.items())
     print(table)
     if args.no_append:
         return
@@ -174,6 +179,7 @@ def main() -> None:
     revs = {label: subprocess.run(["git", "-C", str(c), "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True).stdout.strip() for label, c in checkouts}
     command = "python bench/load_memory.py " + " ".join(f"--weights-mb {args.weights_mb}".split() +
+                                                       [f"--repeat {args.repeat}"] +
                                                        [f"--checkout {c}" for c in args.checkout])
     with open(args.benchmarks_md, "a") as f:
         f.write(f"\n## {now} — loading one {args.weights_mb} MiB artifact twice: time and memory\n\n"
@@ -181,7 +187,8 @@ def main() -> None:
                 f"- checkouts: {', '.join(f'{k} {v}' for k, v in revs.items())}\n"
                 f"- artifact: tests/fixtures_runtime's fabricated model with {args.weights_mb} MiB of weights, "
                 f"loaded from the .tar with num_threads=1; cold = empty cache (extraction included), warm = a "
-                f"new process with the cache filled; each model's output checked after the loads\n"
+                f"new process with the cache filled; each model's output checked after the loads; "
+                f"{args.repeat} repeats, checkouts alternating; load average at the start {os.getloadavg()[0]:.1f}\n"
                 f"- command: `{command}`\n" + (f"- note: {args.note}\n" if args.note else "") + "\n" + table)
 
 

@@ -697,3 +697,20 @@ def test_bad_build_is_one_line(args: list[str], words: tuple[str, ...], tmp_path
     (tmp_path / "garbage.onnx").write_bytes(np.random.default_rng(0).bytes(500))
     (tmp_path / "model.txt").write_text("hello")
     assert_refused(cli("build", *args, "-o", tmp_path / "out.tar", cwd=tmp_path), *words, progress=True)
+
+
+def test_a_folder_artifact_loads_when_the_cache_cannot_be_written(art: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("x")  # a cache under a file cannot be created, even by root
+    monkeypatch.setenv("TLMPACK_CACHE", str(tmp_path / "file" / "cache"))
+    with rt.load(art) as m:
+        np.testing.assert_array_equal(m(x=X, k=K)[1], expected()[1])
+
+
+def test_a_tar_with_an_unwritable_cache_says_to_set_tlmpack_cache(tar: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("TLMPACK_CACHE", str(tmp_path / "file" / "cache"))
+    with pytest.raises(rt.ArtifactError) as e:
+        rt.load(tar)
+    assert_one_line(e.value, "cannot create the cache folder", "TLMPACK_CACHE")

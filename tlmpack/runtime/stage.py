@@ -58,17 +58,24 @@ def _link(src: Path, dst: Path) -> None:
         os.symlink(src.resolve(), dst)
 
 
+def _private_folder() -> Path:
+    """A fresh folder (mode 0700) in the cache, else in the temporary folder (a read-only home)."""
+    errors = []
+    for base in (cache_root() / "open", Path(tempfile.gettempdir())):
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix="tlmpack-load-", dir=base))
+        except OSError as e:
+            errors.append(f"{base}: {e.strerror or e}")
+    raise ArtifactError(f"cannot create a private folder to open the model from ({'; '.join(errors)}); "
+                        f"set TLMPACK_CACHE to a writable folder")
+
+
 @contextlib.contextmanager
 def private_copy(artifact_dir: Path, manifest: Mapping[str, Any], target: Mapping[str, Any]) -> Iterator[Path]:
     """Yields a private folder with the target's files (copied and checked) and the weights (linked)."""
     files: Mapping[str, str] = manifest["files"]
-    base = cache_root() / "open"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        private = Path(tempfile.mkdtemp(prefix="load-", dir=base))  # mode 0700
-    except OSError as e:
-        raise ArtifactError(f"cannot create a private folder in {base} to open the model from "
-                            f"({e.strerror or e}); set TLMPACK_CACHE to a writable folder") from e
+    private = _private_folder()
     try:
         for rel in files_to_open(manifest, target):
             src = artifact_dir / rel
