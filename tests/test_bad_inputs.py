@@ -262,6 +262,7 @@ ARTIFACT_CASES: dict[str, tuple[Callable[[Path, Path], Path], type[Exception], t
     "manifest-not-json": (_manifest_json(b"{not json"), rt.ArtifactError, ("manifest.json", "not valid JSON")),
     "manifest-a-list": (_manifest_json([1, 2]), rt.ArtifactError, ("expected a JSON object, found list",)),
     "manifest-nested-deeply": (_manifest_json(_deep_json()), rt.ArtifactError, ("not valid JSON",)),
+    "manifest-huge": (_manifest_json(b" " * (17 << 20) + b"{}"), rt.ArtifactError, ("expected at most",)),
     "manifest-not-utf8": (_manifest_json(b"\xff\xfe{}"), rt.ArtifactError, ("not valid JSON",)),
     "manifest-of-another-format": (_manifest(lambda m: m.update(format="onnx")), rt.ArtifactError,
                                    ("format is 'onnx', expected 'tlmpack'",)),
@@ -547,6 +548,11 @@ def test_cli_input_of_the_wrong_dtype_names_the_input(tar: Path, tmp_path: Path)
     np.save(tmp_path / "x.npy", X.astype(np.float64))
     assert_refused(cli("run", tar, "--input", f"x=@{tmp_path / 'x.npy'}", "--random-inputs"),
                    "input 'x'", "expected dtype float32, got float64")
+
+
+def test_cli_input_of_an_unknown_name_lists_the_inputs(tar: Path, tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", X)
+    assert_refused(cli("run", tar, "--input", f"nope=@{tmp_path / 'x.npy'}"), "no input 'nope'", "its inputs are: x, k")
 
 
 def test_cli_run_without_inputs_says_how_to_give_them(tar: Path) -> None:

@@ -344,7 +344,13 @@ def _load_for_cli(artifact: str, device: str, threads: int | None, inputs: tuple
     model = runtime.load(artifact, device=device, num_threads=threads)
     if random_inputs:
         feed = _random_feed(model, feed)
-    missing = [s.name for s in model.inputs if s.name not in feed]
+    names = [s.name for s in model.inputs]
+    unknown = [n for n in feed if n not in names]
+    if unknown:
+        model.close()
+        raise InputError(f"--input {unknown[0]}: this model has no input {unknown[0]!r}; its inputs are: "
+                         f"{', '.join(names) or '(none)'}")
+    missing = [n for n in names if n not in feed]
     if missing:
         model.close()
         raise InputError(f"no value for input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}; "

@@ -30,6 +30,7 @@ from tlmpack.runtime.extract import extract_artifact, read_members, sha256_file,
 FORMAT = "tlmpack"
 SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (2,)  # 2: SHA256SUMS covers manifest.json
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20  # a large model's manifest is a few hundred KiB
 SHA256SUMS = "SHA256SUMS"
 
 # dtype names the runtime can feed from and return to numpy (DLPack code, bits).
@@ -118,6 +119,9 @@ def _read_manifest(artifact_dir: str | os.PathLike[str]) -> tuple[dict[str, Any]
     """read_manifest, plus the sha256 of the very bytes that were parsed."""
     path = Path(artifact_dir) / MANIFEST
     try:
+        size = path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise ArtifactError(f"{path}: {size} bytes, expected at most {MAX_MANIFEST_BYTES}; not a tlmpack manifest")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{artifact_dir}: no {MANIFEST}; this is not a tlmpack artifact") from None
