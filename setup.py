@@ -18,6 +18,20 @@ HERE = Path(__file__).resolve().parent
 RUNTIME_EXT = "tlmpack.runtime.libtlmrt"
 
 
+try:  # setuptools >= 70.1; older ones take their bdist_wheel from the wheel package
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # pragma: no cover
+    from wheel.bdist_wheel import bdist_wheel
+
+
+class PlatformWheel(bdist_wheel):
+    """py3-none-<platform>: the C runtime is loaded by ctypes, so one wheel serves every Python 3."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
 class BuildRuntime(build_ext):
     """Builds the C runtime with runtime_c/build.sh (one compiler line, the flags every artifact uses)."""
 
@@ -41,5 +55,5 @@ setup(
     package_data={"tlmpack._data.templates": ["*.j2"], "tlmpack._data.runtime_c": ["*.c", "*.h", "*.sh"],
                   "tlmpack.tlm": ["weights/*.safetensors"]},
     ext_modules=[Extension(RUNTIME_EXT, sources=sorted(str(p.relative_to(HERE)) for p in (HERE / "runtime_c").glob("*.c")))],
-    cmdclass={"build_ext": BuildRuntime},
+    cmdclass={"build_ext": BuildRuntime, "bdist_wheel": PlatformWheel},
 )
