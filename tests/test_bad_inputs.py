@@ -720,3 +720,13 @@ def test_a_tar_with_an_unwritable_cache_says_to_set_tlmpack_cache(tar: Path, tmp
     with pytest.raises(rt.ArtifactError) as e:
         rt.load(tar)
     assert_one_line(e.value, "cannot create the cache folder", "TLMPACK_CACHE")
+
+
+def test_the_c_runtime_gets_only_the_files_it_opens() -> None:
+    from tlmpack.runtime.stage import files_to_open
+
+    files = {"weights.bin": "0" * 64, "x86/model.so": "1" * 64, "x86/weights.bin": "2" * 64, "cuda/plan.so": "3" * 64}
+    manifest = {"files": files}
+    assert files_to_open(manifest, {"files": ["x86/model.so"]}) == ["weights.bin", "x86/model.so"]
+    assert files_to_open(manifest, {"files": ["x86/model.so", "x86/weights.bin"]}) == ["x86/model.so", "x86/weights.bin"]
+    assert files_to_open(manifest, {"files": ["cuda/plan.so"]}) == ["cuda/plan.so", "weights.bin"]

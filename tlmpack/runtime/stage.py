@@ -31,9 +31,10 @@ WEIGHTS_NAME = "weights.bin"  # weights.bin and x86/weights.bin: read and hashed
 
 
 def files_to_open(manifest: Mapping[str, Any], target: Mapping[str, Any]) -> list[str]:
-    """The artifact files the C runtime reads to open `target`: its own files and the shared weights."""
+    """The artifact files the C runtime reads to open `target`: its own files, and the shared
+    weights.bin unless the target has weights of its own (x86/weights.bin next to a CUDA target's)."""
     wanted = set(target.get("files", []))
-    if WEIGHTS_NAME in manifest["files"]:
+    if WEIGHTS_NAME in manifest["files"] and not any(Path(f).name == WEIGHTS_NAME for f in wanted):
         wanted.add(WEIGHTS_NAME)
     return sorted(wanted)
 
