@@ -134,12 +134,13 @@ def _printable(text: object) -> str:
     return s if s.isprintable() else s.encode("unicode_escape").decode("ascii")
 
 
-COMPILER_MODULES = {"tvm": "apache-tvm", "jinja2": "jinja2", "onnx": "onnx", "torch": "torch"}
+COMPILER_MODULES = {"tvm": "apache-tvm", "jinja2": "jinja2", "safetensors": "safetensors",
+                    "threadpoolctl": "threadpoolctl", "onnx": "onnx", "torch": "torch"}
 
 
 def missing_compiler_modules(model: str) -> list[str]:
     """The compiler's packages that `build MODEL` needs and this environment lacks."""
-    needed = ["tvm", "jinja2", "onnx" if model.endswith(".onnx") else "torch"]
+    needed = ["tvm", "jinja2", "safetensors", "threadpoolctl", "onnx" if model.endswith(".onnx") else "torch"]
     return [COMPILER_MODULES[m] for m in needed if importlib.util.find_spec(m) is None]
 
 
