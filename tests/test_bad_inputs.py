@@ -730,3 +730,31 @@ def test_the_c_runtime_gets_only_the_files_it_opens() -> None:
     assert files_to_open(manifest, {"files": ["x86/model.so"]}) == ["weights.bin", "x86/model.so"]
     assert files_to_open(manifest, {"files": ["x86/model.so", "x86/weights.bin"]}) == ["x86/model.so", "x86/weights.bin"]
     assert files_to_open(manifest, {"files": ["cuda/plan.so"]}) == ["cuda/plan.so", "weights.bin"]
+
+
+def test_a_tampered_tar_cannot_poison_the_cache_for_the_genuine_one(art: Path, tmp_path: Path, cache: Path) -> None:
+    genuine = fabricate.make_tar(art, tmp_path / "genuine.tar")
+    flip_byte(art / "weights.bin", 7)  # the same SHA256SUMS, other weights
+    tampered = fabricate.make_tar(art, tmp_path / "tampered.tar")
+    with pytest.raises(rt.ArtifactError) as e:
+        rt.load(tampered)
+    assert_one_line(e.value, "tampered.tar: weights.bin: sha256 mismatch")
+    assert not list((cache / "artifacts").glob("*"))
+    with rt.load(genuine) as m:
+        np.testing.assert_array_equal(m(x=X, k=K)[1], expected()[1])
+
+
+def test_a_library_swapped_after_the_checks_is_not_the_one_loaded(art: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tlmpack.runtime import model as model_module
+
+    checked = model_module.check
+
+    def check_then_swap(*args: object, **kwargs: object):
+        report = checked(*args, **kwargs)
+        flip_byte(art / "x86" / "model.so", 200)  # what a writer of the folder could do between check and open
+        return report
+
+    monkeypatch.setattr(model_module, "check", check_then_swap)
+    with pytest.raises(rt.ArtifactError) as e:
+        rt.load(art)
+    assert_one_line(e.value, "x86/model.so: sha256 mismatch")

@@ -9,8 +9,10 @@ folder that is renamed into place, so a cache entry either is complete or does n
 concurrent loads and interrupted extractions are safe.
 
 The cache is keyed by the sha256 of the tar's SHA256SUMS, which covers every other file (manifest.json
-included), so finding an entry costs no pass over the weights; what a load uses is hashed when it is
-used (preflight and the C runtime), never trusted because it sits in the cache.
+included), so finding an entry costs no pass over the weights. A folder enters the cache only after
+every file matched SHA256SUMS (the caller's `verify`), so a tampered tar with a genuine SHA256SUMS
+cannot stand in for the genuine artifact; and what a load uses is hashed again when it is used
+(stage.py and the C runtime), never trusted because it sits in the cache.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tlmpack.runtime.errors import ArtifactError
@@ -225,11 +228,15 @@ def read_members(tar_path: str | os.PathLike[str], names: tuple[str, ...],
         return out
 
 
-def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None,
+                     verify: Callable[[str, Path], None] | None = None) -> Path:
     """Extracts `tar_path` once into `<cache>/artifacts/<sha256 of its SHA256SUMS>` and returns that folder.
 
-    A later call with the same SHA256SUMS reuses the folder without reading the tar's data; the files
-    a load uses are still hashed then, so a tampered cache is caught.
+    verify(tar_name, folder) checks the extracted files against their SHA256SUMS before the folder
+    is moved into place, so the cache holds only what SHA256SUMS vouches for: a tampered tar with a
+    genuine SHA256SUMS cannot take the place of the genuine artifact. A later call with the same
+    SHA256SUMS reuses the folder without reading the tar's data; the files a load uses are hashed
+    again then, so a tampered cache is caught too.
     """
     tar_path = Path(tar_path)
     tar_name = tar_path.name
@@ -254,6 +261,8 @@ def extract_artifact(tar_path: str | os.PathLike[str], cache_dir: str | os.PathL
             except (tarfile.TarError, OSError, EOFError) as e:
                 raise ArtifactError(f"{tar_name}: extraction failed ({e})") from e
             _check_extracted(tar_name, tmp, files)
+            if verify is not None:
+                verify(tar_name, tmp)
             for rel in files:  # the cache is not a place to edit an artifact in
                 os.chmod(tmp / rel, 0o444)
             try:

@@ -514,8 +514,23 @@ def resolve_artifact(path: str | os.PathLike[str]) -> Path:
     if p.is_dir():
         return p
     if p.is_file():
-        return extract_artifact(p)
+        return extract_artifact(p, verify=_verify_extracted)
     raise ArtifactError(f"{p}: not a regular file or folder" if p.exists() else f"{p}: no such file or directory")
+
+
+def _verify_extracted(tar_name: str, folder: Path) -> None:
+    """Every file SHA256SUMS lists has its hash (manifest.json included), before the folder enters the cache."""
+    try:
+        sums = read_sha256sums(folder)
+    except ArtifactError as e:
+        raise ArtifactError(f"{tar_name}: {str(e).replace(str(folder) + '/', '')}") from None
+    for rel, digest in sorted(sums.items()):
+        path = folder / rel
+        found = sha256_file(path) if path.is_file() and not path.is_symlink() else None
+        if found != digest:
+            what = f"found {found[:12]}…" if found else "the archive has no such file"
+            raise ArtifactError(f"{tar_name}: {rel}: sha256 mismatch (expected {digest[:12]}… from SHA256SUMS, "
+                                f"{what}); the archive is corrupted or was modified")
 
 
 def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None, *,
