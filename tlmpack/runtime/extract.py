@@ -202,6 +202,57 @@ def _cache_key(tar_name: str, tf: tarfile.TarFile, members: list[tarfile.TarInfo
         raise ArtifactError(f"{tar_name}: the archive is damaged or truncated ({e})") from None
 
 
+def verify_tar(tar_path: str | os.PathLike[str]) -> None:
+    """Hashes every regular member of the archive itself against its SHA256SUMS, extracting nothing.
+
+    What `tlmpack check` runs on a .tar: a load may use a verified cached copy with the same
+    SHA256SUMS, which says nothing about these bytes.
+    """
+    tar_path = Path(tar_path)
+    name = tar_path.name
+    with _open_tar(tar_path) as tf:
+        members = _members(name, tf)
+        check_members(name, members)
+        regular = {_normalized(m.name): m for m in members if m.isreg()}
+        if SUMS_MEMBER not in regular:
+            raise ArtifactError(f"{name}: has no SHA256SUMS ({len(members)} entries); this is not a tlmpack artifact")
+        sums: dict[str, str] = {}
+        for line in _read(name, tf, regular[SUMS_MEMBER]).decode(errors="replace").splitlines():
+            digest, _, rel = line.partition("  ")
+            if rel:
+                sums[rel] = digest
+        for rel, member in sorted(regular.items()):
+            if rel == SUMS_MEMBER:
+                continue
+            if rel not in sums:
+                raise ArtifactError(f"{name}: {rel} is in the archive but not listed in SHA256SUMS")
+            f = tf.extractfile(member)
+            assert f is not None
+            h = hashlib.sha256()
+            try:
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+            except (OSError, EOFError, tarfile.TarError) as e:
+                raise ArtifactError(f"{name}: the archive is damaged or truncated ({e})") from None
+            if h.hexdigest() != sums[rel]:
+                raise ArtifactError(f"{name}: {rel}: sha256 mismatch (expected {sums[rel][:12]}… from SHA256SUMS, "
+                                    f"found {h.hexdigest()[:12]}…); the archive is corrupted or was modified")
+        missing = sorted(set(sums) - set(regular))
+        if missing:
+            raise ArtifactError(f"{name}: {missing[0]} is listed in SHA256SUMS but not in the archive")
+
+
+def _read(name: str, tf: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    if member.size > _MAX_SUMS_BYTES:
+        raise ArtifactError(f"{name}: {member.name} is {member.size} bytes, expected at most {_MAX_SUMS_BYTES}")
+    f = tf.extractfile(member)
+    assert f is not None
+    try:
+        return f.read()
+    except (OSError, EOFError, tarfile.TarError) as e:
+        raise ArtifactError(f"{name}: the archive is damaged or truncated ({e})") from None
+
+
 def read_members(tar_path: str | os.PathLike[str], names: tuple[str, ...],
                  limit: int = _MAX_SUMS_BYTES) -> dict[str, bytes]:
     """The bytes of a few small regular members (absent names are left out), from a checked archive.

@@ -25,7 +25,13 @@ from typing import Any
 
 from tlmpack.runtime import _cuda
 from tlmpack.runtime.errors import ArtifactError, IncompatibleTargetError, TlmpackError
-from tlmpack.runtime.extract import extract_artifact, read_members, sha256_file, unsafe_path_reason
+from tlmpack.runtime.extract import (
+    extract_artifact,
+    read_members,
+    sha256_file,
+    unsafe_path_reason,
+    verify_tar,
+)
 
 FORMAT = "tlmpack"
 SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (2,)  # 2: SHA256SUMS covers manifest.json
@@ -173,13 +179,17 @@ def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
             if s["name"] in names:
                 raise bad(f"{section} name {s['name']!r} appears twice")
             names.add(s["name"])
-            if s.get("dtype") not in DTYPES:
+            if not isinstance(s.get("dtype"), str) or s["dtype"] not in DTYPES:
                 raise bad(f"{section[:-1]} {s['name']!r} has dtype {s.get('dtype')!r}; this runtime handles "
                           f"{', '.join(DTYPES)}")
             shape = s.get("shape")
             if (not isinstance(shape, list) or
                     not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
                 raise bad(f"{section[:-1]} {s['name']!r} has shape {shape!r}; expected a list of non-negative integers")
+
+    for section in ("model", "memory", "build_options"):
+        if section in m and not isinstance(m[section], dict):
+            raise bad(f"{section!r} must be an object; found {type(m[section]).__name__}")
 
     files = m.get("files")
     if not isinstance(files, dict) or not files:
@@ -543,6 +553,8 @@ def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None 
     dev = Device.parse(device)
     p = Path(path)
     try:
+        if hash_files and p.is_file():
+            verify_tar(p)  # the cache may hold a genuine copy under the same SHA256SUMS: check these bytes
         artifact_dir = resolve_artifact(p)
     except TlmpackError as e:
         return CheckReport(p, str(dev), problems=(e,))
