@@ -396,33 +396,6 @@ def run(artifact: str, inputs: tuple[str, ...], random_inputs: bool, device: str
 
 @main.command()
 @click.argument("artifact", type=click.Path(exists=True))
-@click.option("--input", "inputs", multiple=True, metavar="NAME=@FILE.npy", help="An input (repeatable).")
-@click.option("--device", default="cpu", show_default=True, callback=_device, help="auto, cpu, cuda or cuda:N.")
-@click.option("--threads", type=_THREADS, default=None, help="Worker threads, at least 1 (default: all cores).")
-@click.option("--runs", type=click.IntRange(min=1, max=1_000_000), default=20, show_default=True,
-              help="Timed runs, after --warmup untimed ones.")
-@click.option("--warmup", type=click.IntRange(min=0, max=1_000_000), default=3, show_default=True)
-@friendly_errors
-def bench(artifact: str, inputs: tuple[str, ...], device: str, threads: int | None, runs: int, warmup: int) -> None:
-    """Time an artifact: median and spread of repeated runs (seeded random inputs unless --input gives them)."""
-    import numpy as np
-
-    model, feed = _load_for_cli(artifact, device, threads, inputs, True)
-    with model:
-        for _ in range(warmup):
-            model.run(None, feed)
-        times = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            model.run(None, feed)
-            times.append((time.perf_counter() - started) * 1e3)
-    t = np.asarray(times)
-    click.echo(f"{runs} runs on {model.device}: median {np.median(t):.3f} ms, min {t.min():.3f} ms, "
-               f"p90 {np.percentile(t, 90):.3f} ms")
-
-
-@main.command()
-@click.argument("artifact", type=click.Path(exists=True))
 @click.option("--device", default="auto", show_default=True, callback=_device, help="auto, cpu, cuda or cuda:N.")
 @friendly_errors
 def check(artifact: str, device: str) -> None:
