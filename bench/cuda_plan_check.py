@@ -116,7 +116,7 @@ class PlanRunner:
                 times.append(cp.cuda.get_elapsed_time(start, stop))
             ms = float(np.median(times))
             again = [cp.asnumpy(self.view(tid)) for _, tid in self.plan["outputs"]]
-            for first, last in zip(outputs, again):
+            for first, last in zip(outputs, again, strict=True):
                 if not np.array_equal(first, last, equal_nan=True):
                     print("warning: a timed run gave different outputs than the first run (not deterministic)")
         return outputs, ms
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             refs = [None] * len(names)
         ok = True
-        for name, out, ref in zip(names, outputs, refs):
+        for name, out, ref in zip(names, outputs, refs, strict=True):
             finite = bool(np.all(np.isfinite(out))) if out.dtype.kind == "f" else True
             err = rel_err(out, ref) if ref is not None else float("nan")
             good = finite and (ref is None or err < args.tolerance)

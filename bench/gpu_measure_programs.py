@@ -169,7 +169,7 @@ def worker(args) -> None:
         task = batch["tasks"][task_key]
         arrays = random_inputs(task, np)
         ts = []
-        for p, a in zip(task["params"], arrays):
+        for p, a in zip(task["params"], arrays, strict=True):
             dtype = getattr(torch, p["dtype"]) if p["dtype"] != "bool" else torch.bool
             if a is None:
                 t = torch.empty(p["shape"], dtype=dtype, device="cuda")
@@ -216,7 +216,7 @@ def worker(args) -> None:
 
     def compare(got, ref):
         worst = 0.0
-        for g, r in zip(got, ref):
+        for g, r in zip(got, ref, strict=True):
             if not g.is_floating_point():
                 if not torch.equal(g, r):
                     return False, 1.0, "mismatch (exact dtype)"

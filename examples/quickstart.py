@@ -39,9 +39,9 @@ def main() -> int:
     outputs = model.run(None, feed)
     elapsed = (time.perf_counter() - started) * 1e3
     refs = onnxruntime_outputs(onnx_path, feed)
-    for spec, got, ref in zip(model.outputs, outputs, refs):
+    for spec, got, ref in zip(model.outputs, outputs, refs, strict=True):
         print(f"{spec.name}: shape {got.shape}, relative error vs onnxruntime {rel_err(got, ref):.2e}, first run {elapsed:.1f} ms")
-    worst = max(rel_err(g, r) for g, r in zip(outputs, refs))
+    worst = max(rel_err(g, r) for g, r in zip(outputs, refs, strict=True))
     print("OK" if worst < 1e-4 else "MISMATCH")
     return 0 if worst < 1e-4 else 1
 

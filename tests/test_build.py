@@ -29,7 +29,7 @@ def test_artifact_matches_onnxruntime_on_fresh_inputs(build_zoo_model, name):
     for seed in (11, 12):
         feed = zoo.random_inputs(name, seed)  # token ids stay inside each model's vocabulary
         refs = onnxruntime_outputs(onnx_path, feed)
-        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs)):
+        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs, strict=True)):
             check_live(spec.name, ref)
             if previous is not None:
                 check_input_sensitive(spec.name, previous[i], ref)
@@ -73,7 +73,7 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
         manifest = json.load(t.extractfile("manifest.json"))
         names = t.getnames()
         files = {m.name for m in t.getmembers() if m.isfile()}
-    assert manifest["format_version"] == 1
+    assert manifest["format_version"] == 2
     assert {"weights.bin", "x86/model.so", "runtime_c/libtlmrt.so", "include/tlmrt.h", "SHA256SUMS"} <= set(names)
     assert set(manifest["files"]) == files - {"manifest.json", "SHA256SUMS"}
     chosen = set()
@@ -155,7 +155,7 @@ def test_c_example_prints_the_same_outputs_as_python(build_zoo_model, tmp_path):
     out_dir.mkdir()
     result = subprocess.run([str(exe), "-o", str(out_dir), str(folder), *inputs], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    for i, (spec, expected) in enumerate(zip(model.outputs, model.run(None, feed))):
+    for i, (spec, expected) in enumerate(zip(model.outputs, model.run(None, feed), strict=True)):
         got = np.fromfile(out_dir / f"out_{i}.bin", dtype=spec.dtype).reshape(spec.shape)
         np.testing.assert_array_equal(got, expected)
         assert spec.name in result.stdout

@@ -153,7 +153,7 @@ def test_cuda_plan_table_agrees_with_ptx_cubins_and_graph(cuda_artifact, name):
         assert launch["smem"] <= 227 * 1024
         params = entries[launch["kernel"]]
         assert len(params) == len(launch["args"])
-        for ptype, (kind, tensor, _value) in zip(params, launch["args"]):
+        for ptype, (kind, tensor, _value) in zip(params, launch["args"], strict=True):
             if kind == ARG_TENSOR:
                 assert 0 <= tensor < len(tensors) and ptype == ".u64"
             else:
@@ -177,7 +177,7 @@ def test_x86_target_beside_cuda_matches_onnxruntime(cuda_artifact):
     model = rt.load(tar, device="cpu")
     feed = zoo.random_inputs("bert-tiny", 21)
     refs = onnxruntime_outputs(onnx_path, feed)
-    for spec, out, ref in zip(model.outputs, model.run(None, feed), refs):
+    for spec, out, ref in zip(model.outputs, model.run(None, feed), refs, strict=True):
         check_live(spec.name, ref)
         assert rel_err(out, ref) < 1e-4, spec.name
 

@@ -7,10 +7,7 @@ import math
 import random
 
 import pytest
-
-pytest.importorskip("tvm")
-
-from tvm import te, topi  # noqa: E402
+from tvm import te, topi
 
 from tlmpack.schedule.space import DesignSpace  # noqa: E402
 from tlmpack.training.cuda_footprint import SharedFootprint  # noqa: E402

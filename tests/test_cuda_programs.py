@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tvm")
-
-from tlmpack.training import cuda_programs as cp  # noqa: E402
-from tlmpack.training.store import Store, default_root  # noqa: E402
+from tlmpack.training import cuda_programs as cp
+from tlmpack.training.store import Store, default_root
 
 REPO = Path(__file__).resolve().parents[1]
 

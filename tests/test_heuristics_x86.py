@@ -54,7 +54,7 @@ def test_a_switched_off_rule_falls_back_to_the_fixed_rules(bert_tiny, host, monk
     target, hardware = host
     monkeypatch.setenv("TLMPACK_DISABLE_RULES", "x86-matmul")
     scheduled = schedule_tasks(bert_tiny, target, "x86", "heuristic", 8, None, hardware)
-    for record, task in zip(scheduled.records, bert_tiny.tasks):
+    for record, task in zip(scheduled.records, bert_tiny.tasks, strict=True):
         if "matmul" in task.name:
             assert record.chosen_by == "default" and "no heuristic rule" in record.note
     assert not scheduled.splits

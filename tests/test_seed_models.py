@@ -20,7 +20,7 @@ def test_seed_model_matches_onnxruntime(build_zoo_model, name):
     for seed in (21, 22):
         feed = zoo.random_inputs(name, seed)
         refs = onnxruntime_outputs(onnx_path, feed)
-        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs)):
+        for i, (spec, out, ref) in enumerate(zip(model.outputs, model.run(None, feed), refs, strict=True)):
             check_live(spec.name, ref)
             if previous is not None:
                 check_input_sensitive(spec.name, previous[i], ref)
@@ -43,5 +43,5 @@ def test_seed_model_through_torch_export_matches_torch(tmp_path):
     with torch.no_grad():
         ref = module(*(torch.from_numpy(feed[n]) for n in input_names)).numpy()
     check_live("out", ref)
-    (out,) = model.run(None, {s.name: feed[n] for s, n in zip(model.inputs, input_names)})
+    (out,) = model.run(None, {s.name: feed[n] for s, n in zip(model.inputs, input_names, strict=True)})
     assert rel_err(out, ref) < 1e-4

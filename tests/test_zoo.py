@@ -12,11 +12,6 @@ import pytest
 
 from tlmpack import zoo
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
-
 TINY = zoo.names(tiny=True)
 
 

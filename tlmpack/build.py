@@ -43,11 +43,18 @@ class BuildOptions:
     # TVM's FastMathTransform: vectorisable erf/exp/tanh approximations. On by default: checked
     # within 1e-4 of onnxruntime / torch on x86 and on the H200 (BENCHMARKS.md); --exact-math for libm.
     fast_math: bool = True
+    # Heuristic rules switched off by name, and the CUDA matmul rule's pipelined-sketch preference:
+    # None takes TLMPACK_DISABLE_RULES / TLMPACK_CUDA_PIPELINE (build_switches.py); recorded either way.
+    disabled_rules: tuple[str, ...] | None = None
+    cuda_pipeline: bool | None = None
 
     def to_json(self) -> dict:
         out = {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
         out["fast_math"] = self.fast_math
+        out["disabled_rules"] = list(self.disabled_rules or ())
+        if "cuda" in self.targets:
+            out["cuda_pipeline"] = bool(self.cuda_pipeline)
         if self.tune:
             out["tune"] = self.tune
         if self.tlm_weights:  # the manifest's "tlm" entry has their ids and sha256
@@ -99,6 +106,15 @@ def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
 
 def build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None] = lambda s: None) -> dict:
     """Builds ``model`` into the artifact ``out``; returns the manifest."""
+    from . import build_switches
+
+    options = build_switches.resolve(options)  # every switch that changes code is an option, recorded
+    with build_switches.applied(options):
+        return _build(model, out, options, say)
+
+
+def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None]) -> dict:
+    """build(), its switches decided and applied."""
     from .lower.cuda import cuda_target
 
     if options.scheduler not in SCHEDULERS:

@@ -62,7 +62,7 @@ def compare(artifact: str | Path, onnx_path: str | Path, seed: int = 1, feed=Non
     other_refs = onnxruntime_outputs(onnx_path, random_feed(model.inputs, seed + 1000))
     outs = model.run(None, feed)
     errors = []
-    for spec, out, ref, other in zip(model.outputs, outs, refs, other_refs):
+    for spec, out, ref, other in zip(model.outputs, outs, refs, other_refs, strict=True):
         check_live(spec.name, ref)
         check_input_sensitive(spec.name, ref, other)
         errors.append(rel_err(out, ref))

@@ -66,7 +66,7 @@ def make_artifact(dest: Path, *, runtime_lib: Path | None = None, cpu_features: 
     files = {p.relative_to(dest).as_posix(): sha256(p) for p in sorted(dest.rglob("*")) if p.is_file()}
     manifest = {
         "format": "tlmpack",
-        "format_version": 1,
+        "format_version": 2,
         "tlmpack_version": "0.1.0",
         "tvm_version": "none (fabricated by tests)",
         "model": {"name": "fake_add_scale", "source": "fake_plan.c", "source_sha256": sha256(FAKE_PLAN)},
@@ -81,7 +81,6 @@ def make_artifact(dest: Path, *, runtime_lib: Path | None = None, cpu_features: 
         "files": files,
     }
     write_manifest(dest, manifest)
-    (dest / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(files.items())))
     return dest
 
 
@@ -90,14 +89,16 @@ def read_manifest(artifact: Path) -> dict:
 
 
 def write_manifest(artifact: Path, manifest: dict) -> None:
+    """Writes manifest.json and a SHA256SUMS of its files and of manifest.json itself, as the packager does."""
     (artifact / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    sums = dict(manifest["files"], **{"manifest.json": sha256(artifact / "manifest.json")})
+    (artifact / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums.items())))
 
 
 def rehash(artifact: Path, manifest: dict) -> None:
     """Re-records every file's sha256 in the manifest and SHA256SUMS, for tests that change a file on purpose."""
     manifest["files"] = {rel: sha256(artifact / rel) for rel in manifest["files"]}
     write_manifest(artifact, manifest)
-    (artifact / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(manifest["files"].items())))
 
 
 def make_tar(artifact: Path, tar_path: Path, extra: list[tarfile.TarInfo | tuple[tarfile.TarInfo, bytes]] = ()) -> Path:

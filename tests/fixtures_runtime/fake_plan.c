@@ -22,6 +22,9 @@
 #ifndef FAKE_WEIGHTS_SHA256
 #error "define FAKE_WEIGHTS_SHA256 as the quoted hex sha256 of weights.bin"
 #endif
+#ifndef FAKE_WEIGHTS_BYTES
+#define FAKE_WEIGHTS_BYTES 64 /* 24 bytes of w, padded to 64; bench/load_memory.py makes them bigger */
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -144,7 +147,7 @@ static const tlmrt_plan kPlan = {
     TLMRT_PLAN_ABI_VERSION,
     "fake_add_scale",
     256,                 /* arena_bytes */
-    64,                  /* weights_bytes: 24 bytes of w, padded to 64 */
+    FAKE_WEIGHTS_BYTES,  /* weights_bytes */
     FAKE_WEIGHTS_SHA256,
     5, kTensors,
     2, kInputs,

@@ -100,8 +100,8 @@ def render_cuda_plan(graph: Graph, kernels: CudaKernels, target: CudaTarget, inp
         model_name=c_string(model_name),
         tensors=tensors,
         launches=launches,
-        inputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(inputs, graph.inputs)],
-        outputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(outputs, graph.outputs)],
+        inputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(inputs, graph.inputs, strict=True)],
+        outputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(outputs, graph.outputs, strict=True)],
         images=[{"file": c_string(f"cuda/{file}"), "kind": _IMAGE_KIND[kind], "arch": arch}
                 for file, kind, arch in images],
         arena_bytes=arena_bytes,

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 FORMAT = "tlmpack"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: SHA256SUMS lists manifest.json too
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
@@ -22,10 +22,16 @@ def file_hashes(folder: Path) -> dict[str, str]:
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
-    """Adds ``files`` to the manifest, writes it and a SHA256SUMS the C runtime can check."""
+    """Adds ``files`` to the manifest, writes it and SHA256SUMS: every file's hash, manifest.json's included.
+
+    SHA256SUMS is the root of the artifact's integrity: the runtime checks manifest.json against it
+    before believing anything the manifest says, and its sha256 names the whole artifact.
+    """
     hashes = file_hashes(folder)
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest, "files": hashes}
     if "SOURCE_DATE_EPOCH" in os.environ:
         manifest["built_at_epoch"] = int(os.environ["SOURCE_DATE_EPOCH"])
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    (folder / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in hashes.items()))
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    (folder / "manifest.json").write_text(text)
+    sums = dict(hashes, **{"manifest.json": hashlib.sha256(text.encode()).hexdigest()})
+    (folder / "SHA256SUMS").write_text("".join(f"{h}  {p}\n" for p, h in sorted(sums.items())))

@@ -35,7 +35,7 @@ def _input_specs(graph, overrides: dict[str, tuple[int, ...]]) -> list[TensorSpe
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
         if value.name in overrides:
             shape = overrides[value.name]
-            if len(shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, shape)):
+            if len(shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, shape, strict=True)):
                 raise InputShapeError(
                     f"--input-shape {value.name}: the model declares shape "
                     f"{tuple(d if d is not None else '?' for d in dims)}, got {shape}"

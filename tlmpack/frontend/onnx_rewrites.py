@@ -51,9 +51,9 @@ def average_pool_covering_input_to_global(model) -> int:
         kernel = list(_attribute(node, "kernel_shape", []))
         pads = list(_attribute(node, "pads", [0] * (2 * len(kernel))))
         strides = list(_attribute(node, "strides", [1] * len(kernel)))
-        if (spatial is None or len(kernel) != len(spatial) or any(pads)
+        if (spatial is None or len(kernel) != len(spatial) or len(strides) != len(spatial) or any(pads)
                 or _attribute(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
-                or any(k < s for k, s in zip(kernel, spatial)) or any(st < s for st, s in zip(strides, spatial))):
+                or any(k < s for k, s in zip(kernel, spatial, strict=True)) or any(st < s for st, s in zip(strides, spatial, strict=True))):
             continue
         del node.attribute[:]
         node.op_type = "GlobalAveragePool"

@@ -25,7 +25,7 @@ def output_specs(mod, names: list[str] | None) -> list[TensorSpec]:
     if names is None or len(names) != len(leaves):
         names = [f"output_{i}" for i in range(len(leaves))]
     specs = []
-    for name, sinfo in zip(names, leaves):
+    for name, sinfo in zip(names, leaves, strict=True):
         if not isinstance(sinfo, relax.TensorType) or sinfo.shape is None:
             raise ModelLoadError(f"output {name!r} is not a tensor with a known shape ({sinfo})")
         try:

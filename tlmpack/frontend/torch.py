@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
+import zipfile
 from pathlib import Path
 
 from ..errors import ModelLoadError, UnsupportedOperatorError
@@ -62,17 +64,45 @@ def _input_specs(ep) -> list[TensorSpec]:
     return specs
 
 
-def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:
-    """Exports (or loads) the program and converts it with TVM's ExportedProgram frontend."""
+class _Captured(logging.Handler):
+    """Keeps the records a logger emits instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _load_pt2(reference: str):
+    """torch.export.load, with one line instead of torch's logged traceback when the file is not a program."""
+    if not Path(reference).is_file():
+        raise ModelLoadError(f"{reference}: no such file")
+    if not zipfile.is_zipfile(reference):  # a .pt2 is a zip archive; say so before importing torch
+        raise ModelLoadError(f"{reference}: not a torch.export program (not a zip archive, which a .pt2 file is)")
     import torch
 
+    log = logging.getLogger("torch.export")
+    captured = _Captured()
+    saved = (log.handlers[:], log.propagate)
+    log.handlers, log.propagate = [captured], False  # torch logs a failed load's traceback as a warning
+    try:
+        return torch.export.load(reference)
+    except Exception as e:
+        causes = [r.exc_info[1] for r in captured.records if r.exc_info and r.exc_info[1] is not None]
+        cause = causes[0] if causes else e  # torch's own exception only says "check the warnings above"
+        lines = str(cause).strip().splitlines()
+        detail = lines[0][:200] if lines else ""
+        raise ModelLoadError(f"{reference}: not a torch.export program ({type(cause).__name__}: {detail})") from None
+    finally:
+        log.handlers, log.propagate = saved
+
+
+def load_torch(reference: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedModel:
+    """Exports (or loads) the program and converts it with TVM's ExportedProgram frontend."""
     if reference.endswith(".pt2"):
-        if not Path(reference).is_file():
-            raise ModelLoadError(f"{reference}: no such file")
-        try:
-            ep = torch.export.load(reference)
-        except Exception as e:
-            raise ModelLoadError(f"{reference}: not a torch.export program ({type(e).__name__}: {e})") from None
+        ep = _load_pt2(reference)
         sha, name = file_sha256(reference), Path(reference).stem
     else:
         ep = _export_from_factory(reference)

@@ -293,7 +293,7 @@ class _HostReader:
         n_dims = len(tags)
         params, dims = list(value.args[1:len(value.args) - n_dims]), list(value.args[len(value.args) - n_dims:])
         grid, block, smem = [1, 1, 1], [1, 1, 1], 0
-        for tag, dim in zip(tags, dims):
+        for tag, dim in zip(tags, dims, strict=True):
             extent = _int(dim, f"launch dimension {tag} of {name}")
             if tag == _DYN_SMEM_TAG:
                 smem = extent
@@ -330,7 +330,7 @@ def _check_against_device(launches: dict[str, TaskLaunches], device_mod) -> None
             if len(func.params) != len(launch.args):
                 raise LoweringError(f"task {tl.task}: {launch.kernel} takes {len(func.params)} parameters, "
                                     f"the host passes {len(launch.args)}")
-            for p, a in zip(func.params, launch.args):
+            for p, a in zip(func.params, launch.args, strict=True):
                 expected = "handle" if a.kind in ("param", "workspace") else a.kind
                 if _type_of(p) != expected:
                     raise LoweringError(f"task {tl.task}: {launch.kernel} parameter {p} ({_type_of(p)}) gets {a.kind}")
@@ -412,7 +412,7 @@ def compile_source(source: str, target: CudaTarget, out_dir: Path) -> list[tuple
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         results = list(pool.map(run, jobs))
-    for (file, cmd, _, _), result in zip(jobs, results):
+    for (file, cmd, _, _), result in zip(jobs, results, strict=True):
         if result.returncode != 0:
             raise LoweringError(f"nvcc failed building {file} ({' '.join(cmd[1:])}):\n"
                                 f"{result.stderr.strip()[-2000:]}")

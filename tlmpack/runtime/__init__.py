@@ -1,9 +1,10 @@
 """Run a tlmpack artifact: `model = tlmpack.runtime.load("model.tar"); y, = model(x=x)`.
 
 This package runs on deployment machines, so it imports only the standard library and numpy:
-never tvm, torch or transformers (a test enforces it). The kernels run in the artifact's own C
-runtime (runtime_c/), reached through ctypes; on CUDA, the C runtime reaches the NVIDIA driver
-(libcuda.so.1) itself, and so does preflight (through ctypes), to see what the GPU can run.
+never tvm, torch or transformers (a test enforces it). The kernels run in the C runtime installed
+with tlmpack (runtime_c/, compiled at install), reached through ctypes; on CUDA, the C runtime
+reaches the NVIDIA driver (libcuda.so.1) itself, and so does preflight (through ctypes), to see
+what the GPU can run.
 """
 
 from tlmpack.runtime.dlpack import CudaArray

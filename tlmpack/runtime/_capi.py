@@ -1,22 +1,17 @@
 """ctypes bindings over runtime_c/tlmrt.h, the C runtime's whole public API.
 
-The library comes from the artifact itself (runtime_c/libtlmrt.so, prebuilt on the build host), so
-the runtime that runs a model is the one it was packaged with. When the prebuilt library does not
-load here (another libc, another architecture), it is compiled from the artifact's runtime_c/
-sources with `bash runtime_c/build.sh OUTDIR` into the cache, once per distinct set of sources.
-ctypes releases the GIL during every call, so a long run does not block other Python threads.
+The library is the one installed with this package (tlmpack/runtime/libtlmrt.so, compiled from
+runtime_c/ by `pip install` for this platform), never anything from the artifact: loading a model
+compiles nothing and runs no script. The artifact's own runtime_c/ (sources and a prebuilt library)
+is there for C users. ctypes releases the GIL during every call, so a long run does not block other
+Python threads.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,15 +21,11 @@ from tlmpack.runtime.errors import (
     InputError,
     KernelError,
     TlmpackError,
-    TlmpackWarning,
 )
-from tlmpack.runtime.extract import cache_root
 
 MAX_NDIM = 8  # TLMRT_MAX_NDIM
 LIB_NAME = "libtlmrt.so"
-RUNTIME_DIR = "runtime_c"
-BUILD_SCRIPT = "build.sh"
-BUILD_TIMEOUT_S = 600
+PACKAGE_LIB = Path(__file__).resolve().parent / LIB_NAME  # built by setup.py at install
 
 # tlmrt_status
 OK = 0
@@ -220,8 +211,11 @@ class Library:
         fn.argtypes = argtypes
 
     def open_model(self, artifact_dir: Path, num_threads: int, verify_files: bool, device_type: int = DEVICE_CPU,
-                   device_id: int = 0, use_cuda_graph: bool = True) -> int:
-        """tlmrt_model_open; returns the model handle (an address) or raises the typed error."""
+                   device_id: int = 0, use_cuda_graph: bool = True, name: Path | None = None) -> int:
+        """tlmrt_model_open; returns the model handle (an address) or raises the typed error.
+
+        name: the artifact as the user knows it, for messages (artifact_dir may be a private copy).
+        """
         opts = Options()
         if self.has_v2:
             self.lib.tlmrt_options_init_sized(ctypes.byref(opts), ctypes.sizeof(Options))
@@ -241,7 +235,9 @@ class Library:
         if status != OK or not handle.value:
             # Thread-local in C, and ctypes calls run on this thread: read it right away.
             message = (self.lib.tlmrt_open_error() or b"").decode(errors="replace")
-            raise status_error(status if status != OK else ERR_ARTIFACT, message, f"{artifact_dir}: cannot open the model")
+            message = message.replace(f"{os.fspath(artifact_dir)}/", "")  # the private copy's path means nothing
+            raise status_error(status if status != OK else ERR_ARTIFACT, message,
+                               f"{name or artifact_dir}: cannot open the model")
         return handle.value
 
     def device_name(self, handle: int) -> str:
@@ -297,89 +293,28 @@ class Library:
 
 
 _loaded: dict[Path, Library] = {}
-_load_lock = threading.Lock()
+_load_lock = threading.RLock()  # the kernel timer holds it around load_library()
 
 
-def load_library(artifact_dir: Path) -> Library:
-    """The artifact's C runtime: the prebuilt library if it loads here, else one compiled from its sources.
-
-    $TLMPACK_RUNTIME_LIB, if set, names a libtlmrt.so to use instead (for developing the C runtime).
-    """
+def load_library() -> Library:
+    """The C runtime installed with this package, or $TLMPACK_RUNTIME_LIB (for developing the C runtime)."""
     override = os.environ.get("TLMPACK_RUNTIME_LIB")
+    if override:
+        path, source = Path(override).expanduser(), f"TLMPACK_RUNTIME_LIB={override}"
+    else:
+        path, source = PACKAGE_LIB, str(PACKAGE_LIB)
     with _load_lock:
-        if override:
-            return _load_path(Path(override).expanduser(), "TLMPACK_RUNTIME_LIB")
-        prebuilt = artifact_dir / RUNTIME_DIR / LIB_NAME
-        reason = "it is missing"
-        if prebuilt.is_file():
-            try:
-                return _load_path(prebuilt, None)
-            except (OSError, AttributeError) as e:
-                reason = f"it does not load here: {e}"
-        built = _build_from_sources(artifact_dir, reason)
-        return _load_path(built, None)
-
-
-def _load_path(path: Path, source: str | None) -> Library:
-    real = path.resolve()
-    if real in _loaded:
-        return _loaded[real]
-    try:
-        lib = Library(real)
-    except (OSError, AttributeError) as e:
-        if source is None:
-            raise
-        raise IncompatibleTargetError(f"{source}={path}: cannot load it as the tlmpack C runtime ({e})") from e
-    _loaded[real] = lib
-    return lib
-
-
-def _sources_digest(src: Path) -> str:
-    """Hash of the runtime's sources and build script, so a rebuilt library is reused only for the same sources."""
-    h = hashlib.sha256()
-    for p in sorted(src.rglob("*")):
-        if p.is_file() and not p.is_symlink() and p.suffix in (".c", ".h", ".sh", ".inc", ".S"):
-            h.update(p.relative_to(src).as_posix().encode() + b"\0")
-            h.update(p.read_bytes() + b"\0")
-    h.update(os.uname().machine.encode())
-    return h.hexdigest()
-
-
-def _build_from_sources(artifact_dir: Path, reason: str) -> Path:
-    """Compiles runtime_c/ with its build.sh into <cache>/runtime/<sources digest>/, at most once."""
-    src = artifact_dir / RUNTIME_DIR
-    script = src / BUILD_SCRIPT
-    prebuilt = src / LIB_NAME
-    if not script.is_file():
-        raise IncompatibleTargetError(
-            f"{prebuilt}: {reason}, and the artifact has no {RUNTIME_DIR}/{BUILD_SCRIPT} to compile it from")
-    root = cache_root() / "runtime"
-    dest = root / _sources_digest(src)
-    lib = dest / LIB_NAME
-    if lib.is_file():
-        return lib
-    warnings.warn(f"{prebuilt}: {reason}; compiling the C runtime from the artifact's {RUNTIME_DIR}/ sources "
-                  f"into {dest}", TlmpackWarning, stacklevel=4)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name[:16]}-", dir=root))
-    try:
-        try:
-            proc = subprocess.run(["bash", str(script.resolve()), str(tmp.resolve())], cwd=artifact_dir,
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise IncompatibleTargetError(f"{prebuilt}: {reason}, and compiling it failed ({e})") from e
-        if proc.returncode != 0 or not (tmp / LIB_NAME).is_file():
-            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        if not path.is_file():
             raise IncompatibleTargetError(
-                f"{prebuilt}: {reason}, and `bash {RUNTIME_DIR}/{BUILD_SCRIPT}` failed "
-                f"(exit {proc.returncode}): {tail or 'no output'}")
+                f"{source}: the tlmpack C runtime is not there; it is compiled when tlmpack is installed "
+                f"(pip install tlmpack, or pip install -e . in a checkout)" if not override else
+                f"{source}: no such file; expected a libtlmrt.so built by runtime_c/build.sh")
+        real = path.resolve()
+        if real in _loaded:
+            return _loaded[real]
         try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not lib.is_file():  # not another process finishing first: a real failure
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return lib
+            lib = Library(real)
+        except (OSError, AttributeError) as e:
+            raise IncompatibleTargetError(f"{source}: cannot load it as the tlmpack C runtime ({e})") from e
+        _loaded[real] = lib
+        return lib

@@ -26,4 +26,4 @@ class KernelError(TlmpackError):
 
 
 class TlmpackWarning(UserWarning):
-    """Something worked, but not the way it should have (e.g. the prebuilt C runtime had to be rebuilt)."""
+    """Something worked, but not the way it should have (e.g. "auto" fell back from CUDA to the CPU)."""

@@ -20,15 +20,13 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from tlmpack._paths import REPO_ROOT
 from tlmpack.runtime import _capi
 from tlmpack.runtime.dlpack import DLDataType, DLDevice, DLTensor  # tlmrt_dltensor has DLPack's layout
-from tlmpack.runtime.errors import InputError, TlmpackError, TlmpackWarning
+from tlmpack.runtime.errors import InputError, TlmpackError
 
 ALIGNMENT = 64  # bytes; TVM's kernels assume it for every tensor's data
 _INT32_MAX = 2**31 - 1
@@ -43,20 +41,13 @@ _runtime: ctypes.CDLL | None = None
 
 def _runtime_library() -> ctypes.CDLL:
     """libtlmrt.so with the kernel-library functions declared: $TLMPACK_RUNTIME_LIB, else the library
-    tlmpack.runtime compiles from this checkout's runtime_c/ into its cache (once per set of sources)."""
+    installed with tlmpack (pip install -e . compiles this checkout's runtime_c/ into the package)."""
     global _runtime
     with _capi._load_lock:
         if _runtime is not None:
             return _runtime
-        override = os.environ.get("TLMPACK_RUNTIME_LIB")
-        if override:
-            path, source = Path(override).expanduser(), "TLMPACK_RUNTIME_LIB"
-        else:
-            with warnings.catch_warnings():  # its warning speaks of artifacts; building here is expected
-                warnings.simplefilter("ignore", TlmpackWarning)
-                path = _capi._build_from_sources(REPO_ROOT, "the kernel timer uses the repository's runtime_c/")
-            source = None
-        lib = _capi._load_path(path, source).lib
+        loaded = _capi.load_library()
+        lib, path = loaded.lib, loaded.path
         if not hasattr(lib, "tlmrt_kernel_library_open"):
             raise TlmpackError(f"{path}: this C runtime has no kernel-library API (tlmrt_kernel_library_open); "
                                f"use one built from runtime_c/ of API version 3 or later")

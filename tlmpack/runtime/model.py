@@ -32,6 +32,7 @@ from tlmpack.runtime.errors import (
     TlmpackWarning,
 )
 from tlmpack.runtime.preflight import DTYPES, Device, check, select_target, specs_of
+from tlmpack.runtime.stage import private_copy
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
@@ -72,7 +73,7 @@ def load(path: str | os.PathLike[str], device: str = "auto", num_threads: int | 
     if num_threads is not None and (not isinstance(num_threads, int) or isinstance(num_threads, bool)
                                     or num_threads < 1):
         raise ValueError(f"num_threads must be a positive integer or None; got {num_threads!r}")
-    report = check(path, device)
+    report = check(path, device, hash_files=False)  # what the model uses is hashed as it is opened
     report.raise_first()
     assert report.artifact_dir is not None and report.manifest is not None and report.target is not None
     dev = Device.parse(device)
@@ -110,12 +111,14 @@ class Model:
         self._input_index = {s.name: i for i, s in enumerate(self.inputs)}
         self._output_index = {s.name: i for i, s in enumerate(self.outputs)}
         self._lock = threading.Lock()
-        self._lib = _capi.load_library(self.path)
-        # Preflight already hashed every file; the C runtime need not read them twice.
-        self._handle: int | None = self._lib.open_model(
-            self.path, num_threads, verify_files=False,
-            device_type=_capi.DEVICE_CUDA if self.is_cuda else _capi.DEVICE_CPU,
-            device_id=self.device_index, use_cuda_graph=use_cuda_graph)
+        # The C runtime opens a private copy of the bytes checked against the manifest, and verifies
+        # them again itself (the weights only there, as it reads them).
+        with private_copy(self.path, manifest, target) as private:
+            self._lib = _capi.load_library()
+            self._handle: int | None = self._lib.open_model(
+                private, num_threads, verify_files=True,
+                device_type=_capi.DEVICE_CUDA if self.is_cuda else _capi.DEVICE_CPU,
+                device_id=self.device_index, use_cuda_graph=use_cuda_graph, name=self.path)
         self._finalizer = weakref.finalize(self, self._lib.lib.tlmrt_model_close, self._handle)
         try:
             self._check_against_plan()

@@ -1,7 +1,10 @@
 """Preflight: everything that can be checked about an artifact before any of its code is loaded.
 
-The manifest is read and validated, every file's sha256 is compared with the manifest (and with
-SHA256SUMS), and a target that this machine can run is chosen. Nothing from the artifact is
+SHA256SUMS is the root: it lists every file of the artifact with its sha256, manifest.json included,
+so the manifest is checked against it before it is believed; the manifest's own `files` must agree
+with it, and a file that neither lists is refused. Every file's sha256 is compared (`check`), and a
+target that this machine can run is chosen. `load` hashes only what it uses, once, when it uses it
+(see stage.py); the manifest it reads is the bytes that were hashed. Nothing from the artifact is
 loaded, so `check()` is safe to run on an artifact nobody trusts yet (`tlmpack check`). A CUDA
 target is checked against the NVIDIA driver itself (libcuda.so.1 through ctypes: the driver
 version, the GPUs and their SM versions), the first time one is considered.
@@ -9,6 +12,7 @@ version, the GPUs and their SM versions), the first time one is considered.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -21,11 +25,18 @@ from typing import Any
 
 from tlmpack.runtime import _cuda
 from tlmpack.runtime.errors import ArtifactError, IncompatibleTargetError, TlmpackError
-from tlmpack.runtime.extract import extract_artifact, sha256_file, unsafe_path_reason
+from tlmpack.runtime.extract import (
+    extract_artifact,
+    read_members,
+    sha256_file,
+    unsafe_path_reason,
+    verify_tar,
+)
 
 FORMAT = "tlmpack"
-SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
+SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (2,)  # 2: SHA256SUMS covers manifest.json
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20  # a large model's manifest is a few hundred KiB
 SHA256SUMS = "SHA256SUMS"
 
 # dtype names the runtime can feed from and return to numpy (DLPack code, bits).
@@ -107,17 +118,32 @@ def read_cpu_features(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> froz
 
 def read_manifest(artifact_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads and validates manifest.json: the format, its version, and the fields the runtime relies on."""
+    return _read_manifest(artifact_dir)[0]
+
+
+def _read_manifest(artifact_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """read_manifest, plus the sha256 of the very bytes that were parsed."""
     path = Path(artifact_dir) / MANIFEST
     try:
+        size = path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise ArtifactError(f"{path}: {size} bytes, expected at most {MAX_MANIFEST_BYTES}; not a tlmpack manifest")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{artifact_dir}: no {MANIFEST}; this is not a tlmpack artifact") from None
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read it ({e.strerror or e})") from e
+    return parse_manifest(path, raw), hashlib.sha256(raw).hexdigest()
+
+
+def parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
+    """Parses and validates manifest.json's bytes; `path` names it in messages."""
     try:
         manifest = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{path}: not valid JSON ({e})") from e
+    except RecursionError:
+        raise ArtifactError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{path}: expected a JSON object, found {type(manifest).__name__}")
     fmt = manifest.get("format")
@@ -126,8 +152,11 @@ def read_manifest(artifact_dir: str | os.PathLike[str]) -> dict[str, Any]:
     version = manifest.get("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS or isinstance(version, bool):
         supported = ", ".join(str(v) for v in SUPPORTED_FORMAT_VERSIONS)
-        hint = (" (an artifact from a newer tlmpack; upgrade tlmpack to load it)"
-                if isinstance(version, int) and version > max(SUPPORTED_FORMAT_VERSIONS) else "")
+        newer = isinstance(version, int) and version > max(SUPPORTED_FORMAT_VERSIONS)
+        older = isinstance(version, int) and 0 < version < min(SUPPORTED_FORMAT_VERSIONS)
+        hint = (" (an artifact from a newer tlmpack; upgrade tlmpack to load it)" if newer else
+                " (an artifact from an older tlmpack, whose SHA256SUMS does not vouch for manifest.json; rebuild it)"
+                if older else "")
         raise ArtifactError(f"{path}: format_version {version!r} is not supported; this runtime reads "
                             f"format_version {supported}{hint}")
     _validate_manifest(path, manifest)
@@ -150,13 +179,17 @@ def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
             if s["name"] in names:
                 raise bad(f"{section} name {s['name']!r} appears twice")
             names.add(s["name"])
-            if s.get("dtype") not in DTYPES:
+            if not isinstance(s.get("dtype"), str) or s["dtype"] not in DTYPES:
                 raise bad(f"{section[:-1]} {s['name']!r} has dtype {s.get('dtype')!r}; this runtime handles "
                           f"{', '.join(DTYPES)}")
             shape = s.get("shape")
             if (not isinstance(shape, list) or
                     not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
                 raise bad(f"{section[:-1]} {s['name']!r} has shape {shape!r}; expected a list of non-negative integers")
+
+    for section in ("model", "memory", "build_options"):
+        if section in m and not isinstance(m[section], dict):
+            raise bad(f"{section!r} must be an object; found {type(m[section]).__name__}")
 
     files = m.get("files")
     if not isinstance(files, dict) or not files:
@@ -211,34 +244,47 @@ def read_sha256sums(artifact_dir: str | os.PathLike[str]) -> dict[str, str]:
     """Parses SHA256SUMS ("<sha256>  <path>" lines, as sha256sum writes them)."""
     path = Path(artifact_dir) / SHA256SUMS
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{artifact_dir}: no {SHA256SUMS}; the artifact is incomplete") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{path}: cannot read it ({e})") from e
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read it ({e.strerror or e})") from e
+    return parse_sha256sums(path, raw)
+
+
+def parse_sha256sums(path: Path, raw: bytes) -> dict[str, str]:
+    """Parses SHA256SUMS's bytes into {path: sha256}; refuses what sha256sum would not have written."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise ArtifactError(f"{path}: not UTF-8 text ({e})") from None
     sums: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         digest, sep, rel = line.partition(" ")
         rel = rel.lstrip(" *")  # " " text mode, "*" binary mode
-        if not sep or len(digest) != 64 or not rel:
+        if not sep or len(digest) != 64 or not rel or not all(c in "0123456789abcdefABCDEF" for c in digest):
             raise ArtifactError(f"{path}: line {n} is not '<sha256>  <path>': {line!r}")
+        if rel in sums:
+            raise ArtifactError(f"{path}: line {n} lists {rel!r} a second time")
         sums[rel] = digest.lower()
     return sums
 
 
 def verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> list[ArtifactError]:
-    """Compares every file listed in the manifest with its sha256, and SHA256SUMS with the manifest.
+    """Compares every file with SHA256SUMS and the manifest: hashes, unlisted files, manifest.json itself.
 
     Returns one error per problem (empty when all is well) so `check` can show them all;
     `load` raises the first.
     """
-    return _verify_files(artifact_dir, manifest)[1]
+    raw = (Path(artifact_dir) / MANIFEST).read_bytes()
+    return _verify_files(artifact_dir, manifest, hashlib.sha256(raw).hexdigest(), hash_files=True)[1]
 
 
-def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> tuple[int, list[ArtifactError]]:
-    """verify_files, plus how many files matched their hash."""
+def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, Any], manifest_sha256: str,
+                  hash_files: bool) -> tuple[int, list[ArtifactError]]:
+    """verify_files, plus how many files matched their hash; without hash_files, every check but the hashes."""
     root = Path(artifact_dir)
     matched = 0
     files: dict[str, str] = manifest["files"]
@@ -248,6 +294,15 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
     except ArtifactError as e:
         problems.append(e)
     else:
+        listed = sums.pop(MANIFEST, None)
+        if listed is None:
+            problems.append(ArtifactError(
+                f"{SHA256SUMS} does not list {MANIFEST}, so nothing vouches for the manifest; rebuild the "
+                f"artifact with this tlmpack"))
+        elif listed != manifest_sha256:
+            problems.append(ArtifactError(
+                f"{MANIFEST}: sha256 mismatch (expected {listed[:12]}… from {SHA256SUMS}, found "
+                f"{manifest_sha256[:12]}…); the artifact is corrupted or was modified"))
         if sums != files:
             only_sums = sorted(set(sums) - set(files))
             only_manifest = sorted(set(files) - set(sums))
@@ -256,12 +311,15 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
                     f"{only_sums[0]!r} is in SHA256SUMS only" if only_sums else
                     f"they give different hashes for {differ[0]!r}")
             problems.append(ArtifactError(f"{SHA256SUMS} and manifest.json disagree: {what}"))
+    problems.extend(_unlisted_files(root, set(files) | {MANIFEST, SHA256SUMS}))
     for rel in sorted(files):
         path = root / rel
         if path.is_symlink() or not path.is_file():
             problems.append(ArtifactError(
                 f"{rel}: listed in manifest.json but {'a link' if path.is_symlink() else 'missing'} "
                 f"in the artifact {root}"))
+            continue
+        if not hash_files:
             continue
         try:
             found = sha256_file(path)
@@ -275,6 +333,20 @@ def _verify_files(artifact_dir: str | os.PathLike[str], manifest: Mapping[str, A
         else:
             matched += 1
     return matched, problems
+
+
+def _unlisted_files(root: Path, listed: set[str]) -> list[ArtifactError]:
+    """A problem for every file or link in the artifact folder that SHA256SUMS does not vouch for."""
+    problems = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in sorted(filenames) + sorted(d for d in dirnames if (here / d).is_symlink()):
+            rel = (here / name).relative_to(root).as_posix()
+            if rel not in listed:
+                problems.append(ArtifactError(
+                    f"{rel}: in the artifact {root} but not listed in {SHA256SUMS}; refusing an artifact "
+                    f"with unlisted files"))
+    return problems
 
 
 def target_problems(target: Mapping[str, Any], host: Host, device_index: int = 0) -> list[str]:
@@ -422,32 +494,75 @@ class CheckReport:
         return out
 
 
+def manifest_of(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of an artifact folder or .tar, checked against SHA256SUMS; nothing is extracted."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        manifest, digest = _read_manifest(p)
+        sums = read_sha256sums(p)
+    elif p.is_file():
+        found = read_members(p, (MANIFEST, SHA256SUMS))
+        if MANIFEST not in found:
+            raise ArtifactError(f"{p.name}: no {MANIFEST}; this is not a tlmpack artifact")
+        if SHA256SUMS not in found:
+            raise ArtifactError(f"{p.name}: no {SHA256SUMS}; the artifact is incomplete")
+        manifest = parse_manifest(p / MANIFEST, found[MANIFEST])
+        digest = hashlib.sha256(found[MANIFEST]).hexdigest()
+        sums = parse_sha256sums(p / SHA256SUMS, found[SHA256SUMS])
+    else:
+        raise ArtifactError(f"{p}: not a regular file or folder" if p.exists() else f"{p}: no such file or directory")
+    if sums.get(MANIFEST) != digest:
+        what = "does not list it" if MANIFEST not in sums else f"lists {sums[MANIFEST][:12]}…, found {digest[:12]}…"
+        raise ArtifactError(f"{p.name}: {MANIFEST} is not the one {SHA256SUMS} vouches for ({what}); "
+                            f"the artifact is corrupted or was modified")
+    return manifest
+
+
 def resolve_artifact(path: str | os.PathLike[str]) -> Path:
     """A directory is used in place; a file is treated as a tar and extracted into the cache."""
     p = Path(path).expanduser()
     if p.is_dir():
         return p
     if p.is_file():
-        return extract_artifact(p)
-    raise ArtifactError(f"{p}: no such file or directory")
+        return extract_artifact(p, verify=_verify_extracted)
+    raise ArtifactError(f"{p}: not a regular file or folder" if p.exists() else f"{p}: no such file or directory")
 
 
-def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None) -> CheckReport:
+def _verify_extracted(tar_name: str, folder: Path) -> None:
+    """Every file SHA256SUMS lists has its hash (manifest.json included), before the folder enters the cache."""
+    try:
+        sums = read_sha256sums(folder)
+    except ArtifactError as e:
+        raise ArtifactError(f"{tar_name}: {str(e).replace(str(folder) + '/', '')}") from None
+    for rel, digest in sorted(sums.items()):
+        path = folder / rel
+        found = sha256_file(path) if path.is_file() and not path.is_symlink() else None
+        if found != digest:
+            what = f"found {found[:12]}…" if found else "the archive has no such file"
+            raise ArtifactError(f"{tar_name}: {rel}: sha256 mismatch (expected {digest[:12]}… from SHA256SUMS, "
+                                f"{what}); the archive is corrupted or was modified")
+
+
+def check(path: str | os.PathLike[str], device: str = "auto", host: Host | None = None, *,
+          hash_files: bool = True) -> CheckReport:
     """Runs every preflight check without loading any code; returns a report instead of raising.
 
+    hash_files=False skips the sha256 of the files (load hashes what it uses as it uses it).
     Only a malformed `device` raises (ValueError): that is a caller mistake, not an artifact problem.
     """
     dev = Device.parse(device)
     p = Path(path)
     try:
+        if hash_files and p.is_file():
+            verify_tar(p)  # the cache may hold a genuine copy under the same SHA256SUMS: check these bytes
         artifact_dir = resolve_artifact(p)
     except TlmpackError as e:
         return CheckReport(p, str(dev), problems=(e,))
     try:
-        manifest = read_manifest(artifact_dir)
+        manifest, manifest_sha256 = _read_manifest(artifact_dir)
     except TlmpackError as e:
         return CheckReport(p, str(dev), artifact_dir, problems=(e,))
-    matched, file_problems = _verify_files(artifact_dir, manifest)
+    matched, file_problems = _verify_files(artifact_dir, manifest, manifest_sha256, hash_files)
     problems: list[TlmpackError] = list(file_problems)
     target = None
     notes: list[str] = []

@@ -219,8 +219,8 @@ def _find_tiles(task: TaskClass, sites: list[SamplingSite]) -> int | None:
     ns, nr = len(task.spatial), len(task.reduction)
     for start in range(len(sites) - ns - nr + 1):
         group = sites[start:start + ns + nr]
-        if all(s.kind == "tile" and s.parts == 5 and s.extent == e for s, e in zip(group[:ns], task.spatial)) and all(
-                s.kind == "tile" and s.parts == 3 and s.extent == e for s, e in zip(group[ns:], task.reduction)):
+        if all(s.kind == "tile" and s.parts == 5 and s.extent == e for s, e in zip(group[:ns], task.spatial, strict=True)) and all(
+                s.kind == "tile" and s.parts == 3 and s.extent == e for s, e in zip(group[ns:], task.reduction, strict=True)):
             return start
     return None
 
