@@ -9,14 +9,9 @@ import random
 import pytest
 from tvm import te, topi
 
+from tlmpack.schedule.cuda_footprint import MAX_SHARED_BYTES, MIN_THREADS, SharedFootprint  # noqa: E402
 from tlmpack.schedule.space import DesignSpace  # noqa: E402
-from tlmpack.training.cuda_footprint import SharedFootprint  # noqa: E402
-from tlmpack.training.cuda_programs import (  # noqa: E402
-    MAX_SHARED_BYTES,
-    MIN_THREADS,
-    cuda_tvm_target,
-    sample_cuda_point,
-)
+from tlmpack.training.cuda_programs import cuda_tvm_target, sample_cuda_point  # noqa: E402
 
 
 def _dense(m: int, n: int, k: int):

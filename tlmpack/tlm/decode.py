@@ -19,15 +19,12 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..schedule.records import Decision
 from .language import TOKEN_ID, Sentence, TaskInfo, _number, tokens
 from .model import LoadedTLM
-
-MAX_THREADS, MAX_VTHREAD = 1024, 8  # VerifyGPUCode's limits, visible at MetaSchedule's 5-way CUDA tiles
 
 
 @dataclass(frozen=True)
@@ -137,23 +134,21 @@ def prompt_ids(sentence_head: Sentence) -> list[int]:
     return [TOKEN_ID[t] for t in toks[: toks.index("sketch") + 1]]
 
 
-def _cuda_filter(kind: str) -> Callable[[Any, list], list]:
-    """Keeps a CUDA point within VerifyGPUCode's thread limits as its 5-way tiles are chosen."""
-    state = {"threads": 1, "vthreads": 1}
+def _point_filter(hardware, footprint):
+    """CUDA: VerifyGPUCode's thread and shared-memory conditions as a mask (schedule.cuda_footprint)."""
+    if not getattr(hardware, "sm_count", 0):
+        return _NoFilter()
+    from ..schedule.cuda_footprint import PointFilter
 
-    def keep(site, values: list) -> list:
-        if kind != "cuda" or site.kind != "tile" or site.parts != 5:
-            return values
-        ok = [v for v in values if state["threads"] * v[2] <= MAX_THREADS and state["vthreads"] * v[1] <= MAX_VTHREAD]
-        return ok or values
+    return PointFilter(footprint, hardware.max_shared_memory_per_block)
 
-    def chosen(site, value) -> None:
-        if kind == "cuda" and site.kind == "tile" and site.parts == 5:
-            state["threads"] *= value[2]
-            state["vthreads"] *= value[1]
 
-    keep.chosen = chosen  # type: ignore[attr-defined]
-    return keep
+class _NoFilter:
+    def keep(self, site, values: list) -> list:
+        return values
+
+    def chosen(self, site, value) -> None:
+        pass
 
 
 def decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int = 0, seed: int = 0,
@@ -173,6 +168,11 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
                   max_sketch_tries: int) -> list[Decoded]:
     from ..schedule.space import legal_values
 
+    footprint = None
+    if getattr(hardware, "sm_count", 0):
+        from ..schedule.cuda_footprint import SharedFootprint
+
+        footprint = SharedFootprint.of(space.mod["main"])
     head = Sentence(hardware, task, 0, ())
     prompt = prompt_ids(head)
     out: list[Decoded] = []
@@ -188,11 +188,11 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
                 break
             sketch = chooser.choose(sketches, "sketch")
             session.push(TOKEN_ID["[SEP]"])
-            cuda = _cuda_filter("cuda" if getattr(hardware, "sm_count", 0) else "x86")
+            cuda = _point_filter(hardware, footprint)
 
             def decide(site, _sampled, chooser=chooser, session=session, cuda=cuda):
                 session.push(MARKER[site.kind])
-                value = chooser.choose(cuda(site, legal_values(site)), site.kind)
+                value = chooser.choose(cuda.keep(site, legal_values(site)), site.kind)
                 cuda.chosen(site, value)
                 return value
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import random
 import statistics
@@ -30,17 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..schedule.cuda_footprint import MAX_SHARED_BYTES, SharedFootprint
 from ..schedule.records import Decision
-from .cuda_footprint import SharedFootprint
 from .store import RECORD_VERSION, Store
 
 ARCH = "sm_90"
 BATCH_VERSION = 1
-MAX_THREADS = 1024  # VerifyGPUCode's limits (per block)
-MAX_VTHREAD = 8
-MAX_SHARED_BYTES = 49152  # the target's max_shared_memory_per_block
-MIN_THREADS = 32  # MultiLevelTiling's thread_extent_low_inclusive annotation (a warp)
-
 
 # ------------------------------------------------------------------------------------------------
 # Sampling
@@ -59,50 +53,18 @@ def _code_target(arch: str = ARCH):
 
 def guided_decider(rng: random.Random, footprint: SharedFootprint | None = None,
                    max_shared_bytes: int = MAX_SHARED_BYTES):
-    """Uniform among a site's legal values, restricted by necessary conditions of VerifyGPUCode that
-    MetaSchedule's SSSRRSRS tiling makes visible at the tile sites: the product of the thread
-    factors (index 2 of the 5-way spatial tiles) stays <= 1024, the product of the virtual-thread
-    factors (index 1) <= 8, and (with ``footprint``, for matmul-like tasks) the inputs one block
-    stages in shared memory fit ``max_shared_bytes`` with the tiles not yet chosen at their smallest,
-    and the block can still reach MIN_THREADS threads (MultiLevelTiling's
-    thread_extent_low_inclusive: the remaining spatial loops' extents bound what is left to come).
-    Every value it returns is legal for its site; points the postprocessors still refuse are
-    rejected as with plain uniform sampling. One decider per replay (it keeps running state)."""
+    """Uniform among a site's legal values that schedule.cuda_footprint.PointFilter keeps (the
+    necessary conditions of VerifyGPUCode visible at the tile sites). Every value it returns is
+    legal for its site; points the postprocessors still refuse are rejected as with plain uniform
+    sampling. One decider per replay (its filter keeps running state)."""
+    from ..schedule.cuda_footprint import PointFilter
     from ..schedule.space import legal_values
 
-    state = {"threads": 1, "vthreads": 1, "loop": 0}
-    tiles = [1] * len(footprint.loops) if footprint else []
-
-    def fits(value: tuple[int, ...]) -> bool:
-        loop = state["loop"]
-        if not footprint or loop >= len(tiles):
-            return True
-        trial = list(tiles)
-        trial[loop] = SharedFootprint.block_tile(value)
-        return footprint.bytes(trial) <= max_shared_bytes
+    keep = PointFilter(footprint, max_shared_bytes)
 
     def decide(site, _sampled):
-        values = legal_values(site)
-        if site.kind != "tile" or site.parts not in (3, 5):
-            return rng.choice(values)
-        loop = state["loop"]
-        if footprint and loop < len(tiles):
-            extent, reduction = footprint.loops[loop]
-            if extent != site.extent or reduction != (site.parts == 3):
-                tiles.clear()  # not the main block's loop order: stop guiding by shared memory
-        reachable = 0  # with footprint: the most threads the spatial loops after this one can add
-        if tiles and site.parts == 5:
-            reachable = math.prod(e for e, red in footprint.loops[loop + 1:] if not red)
-        ok = [v for v in values if fits(v) and (site.parts == 3 or (
-            state["threads"] * v[2] <= MAX_THREADS and state["vthreads"] * v[1] <= MAX_VTHREAD
-            and (not reachable or state["threads"] * v[2] * reachable >= MIN_THREADS)))]
-        value = rng.choice(ok or values)
-        if site.parts == 5:
-            state["threads"] *= value[2]
-            state["vthreads"] *= value[1]
-        if loop < len(tiles):
-            tiles[loop] = SharedFootprint.block_tile(value)
-        state["loop"] += 1
+        value = rng.choice(keep.keep(site, legal_values(site)))
+        keep.chosen(site, value)
         return value
 
     return decide

@@ -34,7 +34,7 @@ class SharedFootprint:
         from tvm import s_tir, tirx
         from tvm.sym.pattern import detect_linear_equation
 
-        from ..schedule.heuristics.classify import _is_multiply_accumulate, classify
+        from .heuristics.classify import _is_multiply_accumulate, classify
 
         kind = classify(func)
         if kind.kind != "matmul":
@@ -70,3 +70,58 @@ class SharedFootprint:
         """The part of a tile decision one block's shared copy spans: all factors but the outermost
         (for a spatial loop's 5 and a reduction loop's 3 alike)."""
         return math.prod(value[1:])
+
+
+MAX_THREADS, MAX_VTHREAD, MIN_THREADS = 1024, 8, 32
+MAX_SHARED_BYTES = 49152  # a block's shared memory without opt-in (CudaHardware.max_shared_memory_per_block)
+
+
+class PointFilter:
+    """Necessary conditions of VerifyGPUCode that MetaSchedule's SSSRRSRS tiling makes visible at
+    the tile sites, kept as a point's tiles are chosen: the product of the thread factors (index 2
+    of the 5-way spatial tiles) stays <= 1024, the product of the virtual-thread factors (index 1)
+    <= 8, and (with ``footprint``, for matmul-like tasks) the inputs one block stages in shared
+    memory fit ``max_shared_bytes`` with the tiles not yet chosen at their smallest, and the block
+    can still reach MIN_THREADS threads. It only ever removes values no legal point can use, and
+    keeps every value when none would be left. One filter per replay (it keeps running state);
+    the random sampler and the TLM's decoder both use it."""
+
+    def __init__(self, footprint: SharedFootprint | None = None, max_shared_bytes: int = MAX_SHARED_BYTES) -> None:
+        self.footprint, self.max_shared = footprint, max_shared_bytes
+        self.threads = self.vthreads = 1
+        self.loop = 0
+        self.tiles = [1] * len(footprint.loops) if footprint else []
+
+    def _fits(self, value: tuple[int, ...]) -> bool:
+        if not self.footprint or self.loop >= len(self.tiles):
+            return True
+        trial = list(self.tiles)
+        trial[self.loop] = SharedFootprint.block_tile(value)
+        return self.footprint.bytes(trial) <= self.max_shared
+
+    def keep(self, site, values: list) -> list:
+        """The values of ``site`` (its legal values) that can still make a valid point."""
+        if site.kind != "tile" or site.parts not in (3, 5):
+            return values
+        if self.tiles and self.loop < len(self.tiles):
+            extent, reduction = self.footprint.loops[self.loop]
+            if extent != site.extent or reduction != (site.parts == 3):
+                self.tiles.clear()  # not the main block's loop order: stop guiding by shared memory
+        reachable = 0  # the most threads the spatial loops after this one can still add
+        if self.tiles and site.parts == 5:
+            reachable = math.prod(e for e, red in self.footprint.loops[self.loop + 1:] if not red)
+        ok = [v for v in values if self._fits(v) and (site.parts == 3 or (
+            self.threads * v[2] <= MAX_THREADS and self.vthreads * v[1] <= MAX_VTHREAD
+            and (not reachable or self.threads * v[2] * reachable >= MIN_THREADS)))]
+        return ok or values
+
+    def chosen(self, site, value) -> None:
+        """Records the value taken at ``site`` (call after every keep)."""
+        if site.kind != "tile" or site.parts not in (3, 5):
+            return
+        if site.parts == 5:
+            self.threads *= value[2]
+            self.vthreads *= value[1]
+        if self.loop < len(self.tiles):
+            self.tiles[self.loop] = SharedFootprint.block_tile(value)
+        self.loop += 1
