@@ -81,15 +81,17 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
         (schedule,) = subgraph["schedules"]
         assert schedule["target"] == "x86"
         chosen.add(schedule["chosen_by"])
-        if schedule["chosen_by"] == "tlm":  # the model's id and confidence; convs' weights pre-packed
+        if schedule["chosen_by"] == "tlm":  # the model's id and confidence
             assert schedule["note"].startswith(manifest["tlm"]["x86"]["id"])
         else:  # the rules, and why the model did not choose
             assert schedule["chosen_by"] == "heuristic" and schedule["note"].startswith("tlm fallback: ")
+        if "conv2d" in subgraph["name"]:  # channels-last: not what the x86 TLM was trained on
+            assert schedule["note"].startswith("tlm fallback: channels-last convolution")
         assert schedule["sketch"] >= 0
         if "conv2d" in subgraph["name"] and "x86-matmul" in schedule["note"] + "tlm":
             assert schedule["decisions"] and "pre-packed" in schedule["note"]
-    assert "tlm" in chosen
-    assert len(manifest["tlm"]["x86"]["sha256"]) == 64
+    if "tlm" in chosen:
+        assert len(manifest["tlm"]["x86"]["sha256"]) == 64
     (x86,) = manifest["targets"]
     assert x86["conv_layout"] == "NHWC" and x86["hardware"]["vector_bits"] in (256, 512)
     assert manifest["memory"]["arena_bytes"] <= manifest["memory"]["unplanned_bytes"]

@@ -92,6 +92,15 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
     return entry, records, tlm, fallbacks
 
 
+def _unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
+    """What the x86 TLM has not been trained on in the form this build compiles it: its corpus's
+    convolutions are all NCHW, and its picks for channels-last ones were up to 12x slower than the
+    rules' (ResNet-50, BENCHMARKS.md 2026-12-01)."""
+    if conv_layout == "NHWC":
+        return (("conv2d", "channels-last convolution (the training data has NCHW ones only)"),)
+    return ()
+
+
 def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
     """Weights given with --tlm-weights; else, for a cross build for a CPU the x86 TLM was adapted
     to (tlmpack tlm adapt), those; else the shipped ones (None)."""
@@ -187,7 +196,8 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
             hardware = detect_x86(target.features, target.num_cores)
             say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
             scheduled = schedule_tasks(x86_source, target.tvm_target(), "x86",
-                                       SelectOptions(options.scheduler, options.tune, _tlm_weights(options)),
+                                       SelectOptions(options.scheduler, options.tune, _tlm_weights(options),
+                                                     _unseen_by_tlm(x86_layout)),
                                        hardware.lanes(32), say,
                                        hardware)
             if scheduled.tlm is not None:

@@ -175,6 +175,9 @@ class SelectOptions:
     scheduler: str = "tlm"
     tune: int = 0  # > 0: measure this many candidates per task on the build host, keep the fastest
     tlm_weights: dict[str, str] | None = None  # target -> weights file (default: the package's)
+    # (op word, why): tasks the TLM never saw in this form go to the rules, e.g. the x86 build's
+    # channels-last convolutions (every corpus convolution is NCHW)
+    tlm_unseen: tuple[tuple[str, str], ...] = ()
 
 
 def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: str, options: SelectOptions,
@@ -191,7 +194,8 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     except TLMUnavailable as e:
         return None, str(e), None
     info = describe_task(func, task_name)
-    why = out_of_distribution(tlm, info)
+    why = next((reason for word, reason in options.tlm_unseen if word in info.ops), None)
+    why = why or out_of_distribution(tlm, info)
     if why is not None:
         return None, why, tlm
     space = DesignSpace(func, tvm_target)
