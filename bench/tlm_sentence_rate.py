@@ -41,7 +41,7 @@ def main() -> None:
     keys = random.Random(a.seed).sample(store.task_keys(), min(a.tasks, len(store.task_keys())))
     if a.target == "cuda":
         from tlmpack.schedule.hardware import cuda_hardware
-        from tlmpack.training.cuda_footprint import SharedFootprint
+        from tlmpack.schedule.cuda_footprint import SharedFootprint
         from tlmpack.training.cuda_programs import ARCH, cuda_tvm_target, sample_cuda_point
 
         tvm_target, hw = cuda_tvm_target(), cuda_hardware(ARCH)
