@@ -4,11 +4,11 @@
  * The core validates options and every caller buffer, answers the input/output queries from the
  * plan's tables, and hands the rest to the backend of the requested device (tlmrt_backend in
  * tlmrt_internal.h): tlmrt_cpu.c for x86/model.so, tlmrt_cuda.c for cuda/plan.so. It also holds
- * what both backends share: mapping weights.bin (hashed from the mapping), validating the tensor and
- * I/O tables of a plan, and opening a plan library.
+ * what both backends share: mapping weights.bin (hashed from the mapping), validating the tensor
+ * and I/O tables of a plan, and opening a plan library.
  *
- * Open never runs code from the artifact before it is checked: each backend maps and hashes weights.bin,
- * verifies SHA256SUMS (when opts.verify_files), and only then dlopens its plan library.
+ * Open never runs code from the artifact before it is checked: each backend maps and hashes
+ * weights.bin, verifies SHA256SUMS (when opts.verify_files), and only then dlopens its plan library.
  * Run checks the buffers, then copies inputs in, runs the kernels, copies outputs out, and
  * allocates nothing.
  */
@@ -119,7 +119,11 @@ int tlmrt_is_sha256_hex(const char* s) {
  * pages: the tail of the file's last page and the whole page after it read as zeros (the kernel
  * zero-fills past the end of the file; the extra page is anonymous), so the weights stay followed
  * by at least 64 zero bytes as when they were copied into a zero-padded buffer. The mapping is
- * page-aligned (>= 64 bytes). Two models of one artifact share the page cache. */
+ * page-aligned (>= 64 bytes). Two models of one artifact share the page cache.
+ * What a mapping gives up against a copy: the pages stay the file's, so whoever can write the file
+ * itself (not just the folder) after the hash can change the weights the kernels read, or truncate
+ * it (a SIGBUS). The Python runtime links weights.bin from its own cache, writable only by the
+ * user who loads it; a C caller that must defend against other writers opens a private copy. */
 tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights* out, char* err, size_t err_cap) {
   memset(out, 0, sizeof(*out));
   out->file = file;
@@ -186,9 +190,7 @@ tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights
   out->map_len = map_len;
   base = MAP_FAILED;
 done:
-  if (base != MAP_FAILED && munmap(base, map_len) != 0) {
-    /* Nothing more can be done; the open already failed. */
-  }
+  if (base != MAP_FAILED) (void)munmap(base, map_len); /* the open failed already; only EINVAL is possible */
   close(fd);
   free(path);
   return status;
