@@ -12,9 +12,10 @@ manifest.json). Each checkout is measured in fresh processes, one per phase:
          load of the same .tar in the same process;
   warm:  a new process, the cache already filled: two loads again.
 
-Each load's wall time, and the process's VmRSS after it and its VmHWM (peak), are printed as a
-table and appended to BENCHMARKS.md (--no-append to skip). Load never runs kernels, so no
-reference is needed; each model runs once at the end and its output is compared with numpy's.
+Each load's wall time, and the process's VmRSS, RssAnon (private memory) and Pss (file pages
+shared among their mappings) after it and its VmHWM (peak), are printed as a table and appended to
+BENCHMARKS.md (--no-append to skip). Load never runs kernels, so no reference is needed; each
+model runs once at the end and its output is compared with numpy's.
 """
 
 from __future__ import annotations
@@ -46,8 +47,15 @@ def mem():
     out = {}
     for line in open("/proc/self/status"):
         k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
+        if k in ("VmRSS", "VmHWM", "RssAnon"):
             out[k] = int(v.split()[0]) / 1024
+    # VmRSS counts a file page once per mapping of it; Pss shares it among the mappings (what the
+    # memory costs), RssAnon is the process's private memory (a copy of the weights lands there)
+    out["Pss"] = float("nan")
+    if os.path.exists("/proc/self/smaps_rollup"):
+        for line in open("/proc/self/smaps_rollup"):
+            if line.startswith("Pss:"):
+                out["Pss"] = int(line.split()[1]) / 1024
     return out
 
 tar = sys.argv[1]
@@ -165,11 +173,12 @@ def main() -> None:
                 for phase in ("cold", "warm"):
                     for r in measure(checkout, tars[label], cache):
                         runs.setdefault((label, phase, r["load"]), []).append(r)
-    header = ("| checkout | phase | load | wall s (median) | wall s (min) | VmRSS MiB after | VmHWM MiB |\n"
-              "|---|---|---:|---:|---:|---:|---:|\n")
+    header = ("| checkout | phase | load | wall s (median) | wall s (min) | VmRSS MiB after | RssAnon MiB | "
+              "Pss MiB | VmHWM MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
     table = header + "".join(
         f"| {label} | {phase} | {load} | {statistics.median(r['s'] for r in rs):.3f} | {min(r['s'] for r in rs):.3f} | "
-        f"{max(r['VmRSS'] for r in rs):.0f} | {max(r['VmHWM'] for r in rs):.0f} |\n"
+        f"{max(r['VmRSS'] for r in rs):.0f} | {max(r['RssAnon'] for r in rs):.0f} | {max(r['Pss'] for r in rs):.0f} | "
+        f"{max(r['VmHWM'] for r in rs):.0f} |\n"
         for (label, phase, load), rs in runs.items())
     print(table)
     if args.no_append:

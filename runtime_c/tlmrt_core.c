@@ -4,15 +4,16 @@
  * The core validates options and every caller buffer, answers the input/output queries from the
  * plan's tables, and hands the rest to the backend of the requested device (tlmrt_backend in
  * tlmrt_internal.h): tlmrt_cpu.c for x86/model.so, tlmrt_cuda.c for cuda/plan.so. It also holds
- * what both backends share: reading weights.bin (hashed while read), validating the tensor and
- * I/O tables of a plan, and opening a plan library.
+ * what both backends share: mapping weights.bin (hashed from the mapping), validating the tensor
+ * and I/O tables of a plan, and opening a plan library.
  *
- * Open never runs code from the artifact before it is checked: each backend reads weights.bin,
- * verifies SHA256SUMS (when opts.verify_files), and only then dlopens its plan library.
+ * Open never runs code from the artifact before it is checked: each backend maps and hashes
+ * weights.bin, verifies SHA256SUMS (when opts.verify_files), and only then dlopens its plan library.
  * Run checks the buffers, then copies inputs in, runs the kernels, copies outputs out, and
  * allocates nothing.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,6 +115,15 @@ int tlmrt_is_sha256_hex(const char* s) {
 
 /* ---- weights ---------------------------------------------------------------------------------- */
 
+/* The file is mapped read-only and private into a reservation one page longer than the file's
+ * pages: the tail of the file's last page and the whole page after it read as zeros (the kernel
+ * zero-fills past the end of the file; the extra page is anonymous), so the weights stay followed
+ * by at least 64 zero bytes as when they were copied into a zero-padded buffer. The mapping is
+ * page-aligned (>= 64 bytes). Two models of one artifact share the page cache.
+ * What a mapping gives up against a copy: the pages stay the file's, so whoever can write the file
+ * itself (not just the folder) after the hash can change the weights the kernels read, or truncate
+ * it (a SIGBUS). The Python runtime links weights.bin from its own cache, writable only by the
+ * user who loads it; a C caller that must defend against other writers opens a private copy. */
 tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights* out, char* err, size_t err_cap) {
   memset(out, 0, sizeof(*out));
   out->file = file;
@@ -126,48 +137,71 @@ tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights
     return s;
   }
   tlmrt_status status = TLMRT_OK;
-  uint8_t* buf = NULL;
+  void* base = MAP_FAILED;
+  size_t map_len = 0;
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0) {
     status = tlmrt_errorf(err, err_cap, TLMRT_ERR_IO, "%s: expected a regular file", path);
     goto done;
   }
   uint64_t size = (uint64_t)st.st_size;
-  buf = (uint8_t*)tlmrt_alloc_aligned(size);
-  if (buf == NULL) {
+  long page_l = sysconf(_SC_PAGESIZE);
+  uint64_t page = page_l > 0 ? (uint64_t)page_l : 4096u;
+  if (size > (uint64_t)SIZE_MAX - 2u * page) {
     status = tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %" PRIu64 " bytes for %s", size, file);
+                          "cannot map %" PRIu64 " bytes for %s", size, file);
     goto done;
   }
-  memset(buf + size, 0, (size_t)(size == 0 ? TLMRT_ALIGNMENT : round_up_64(size) - size));
-  tlmrt_sha256_ctx ctx;
-  tlmrt_sha256_init(&ctx);
-  uint64_t have = 0;
-  while (have < size) {
-    uint64_t want = size - have;
-    if (want > (1u << 22)) want = 1u << 22;
-    ssize_t got = read(fd, buf + have, (size_t)want);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
+  uint64_t file_pages = (size + page - 1u) / page * page;
+  map_len = (size_t)(file_pages + page);
+  base = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    status = tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY,
+                          "cannot map %" PRIu64 " bytes for %s: %s", size, file, strerror(errno));
+    goto done;
+  }
+  if (size > 0) {
+    void* got = mmap(base, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (got == MAP_FAILED || got != base) {
       int e = errno;
-      status = tlmrt_errorf(err, err_cap, TLMRT_ERR_IO, "cannot read %s: %s", path,
-                            got < 0 ? strerror(e) : "the file shrank while reading");
+      status = tlmrt_errorf(err, err_cap, TLMRT_ERR_IO, "cannot map %s: %s", path,
+                            got == MAP_FAILED ? strerror(e) : "the mapping moved");
       goto done;
     }
-    tlmrt_sha256_update(&ctx, buf + have, (size_t)got);
-    have += (uint64_t)got;
+    /* One sequential pass to hash it: ask for read-ahead (advice only; its failure changes nothing). */
+    (void)posix_madvise(base, (size_t)size, POSIX_MADV_SEQUENTIAL);
   }
+  /* The file must not have changed size since fstat: a shrunk file would fault on the hash. */
+  struct stat st2;
+  if (fstat(fd, &st2) != 0 || (uint64_t)st2.st_size != size) {
+    status = tlmrt_errorf(err, err_cap, TLMRT_ERR_IO, "cannot read %s: %s", path,
+                          "the file changed size while reading");
+    goto done;
+  }
+  tlmrt_sha256_ctx ctx;
+  tlmrt_sha256_init(&ctx);
+  tlmrt_sha256_update(&ctx, base, (size_t)size);
   uint8_t digest[32];
   tlmrt_sha256_final(&ctx, digest);
   tlmrt_sha256_hex(digest, out->sha256);
-  out->data = buf;
+  if (size > 0) (void)posix_madvise(base, (size_t)size, POSIX_MADV_NORMAL);
+  out->data = (const uint8_t*)base;
   out->size = size;
-  buf = NULL;
+  out->map_len = map_len;
+  base = MAP_FAILED;
 done:
-  free(buf);
+  if (base != MAP_FAILED) (void)munmap(base, map_len); /* the open failed already; only EINVAL is possible */
   close(fd);
   free(path);
   return status;
+}
+
+void tlmrt_release_weights(tlmrt_weights* w) {
+  if (w == NULL || w->data == NULL) return;
+  (void)munmap((void*)(uintptr_t)w->data, w->map_len);  /* only EINVAL, impossible for our own mapping */
+  w->data = NULL;
+  w->size = 0;
+  w->map_len = 0;
 }
 
 tlmrt_status tlmrt_check_weights(const char* what, uint64_t plan_bytes, const char* plan_sha256,

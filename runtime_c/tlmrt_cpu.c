@@ -833,7 +833,8 @@ static tlmrt_status cpu_ctx_create(void* state, void** out_ctx, char* err, size_
   for (size_t i = 0; i < nt; ++i) {
     const tlmrt_plan_tensor* pt = &plan->tensors[i];
     tlmrt_dltensor* t = &c->tensors[i];
-    uint8_t* base = pt->storage == TLMRT_STORAGE_ARENA ? c->arena : m->weights.data;
+    /* The weights are mapped read-only: the kernels only read constants (a write would fault). */
+    uint8_t* base = pt->storage == TLMRT_STORAGE_ARENA ? c->arena : (uint8_t*)(uintptr_t)m->weights.data;
     t->data = base + pt->offset;
     t->device.device_type = TLMRT_DL_CPU;
     t->device.device_id = 0;
@@ -866,13 +867,13 @@ static void cpu_close(void* state) {
   if (m->dl_handle != NULL) dlclose(m->dl_handle);
   free(m->step_first_arg);
   free(m->shapes);
-  free(m->weights.data);
+  tlmrt_release_weights(&m->weights);
   free(m);
 }
 
 /* Open, in this order, so that no code from the artifact runs before it is checked:
- *   1. read the plan's weights (x86/weights.bin when the artifact has it: the x86 kernels' own,
- *      pre-packed copy; else the shared weights.bin) into a 64-byte-aligned buffer, hashing it;
+ *   1. map the plan's weights (x86/weights.bin when the artifact has it: the x86 kernels' own,
+ *      pre-packed copy; else the shared weights.bin) read-only, and hash them from the mapping;
  *   2. if opts.verify_files, check SHA256SUMS (weights.bin's digest comes from step 1, so the bytes
  *      checked are the bytes used);
  *   3. dlopen x86/model.so (RTLD_NOW | RTLD_LOCAL), get the plan, validate all of it, and compare

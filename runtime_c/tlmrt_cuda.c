@@ -11,7 +11,7 @@
  * Open, in this order (every failure is a sentence; a machine that cannot run the artifact gets
  * TLMRT_ERR_INCOMPATIBLE before anything large is read):
  *   1. libcuda.so.1, cuInit, the device (ordinal in range), its compute capability and limits;
- *   2. weights.bin read and hashed; SHA256SUMS checked (when opts.verify_files) before any code
+ *   2. weights.bin mapped and hashed; SHA256SUMS checked (when opts.verify_files) before any code
  *      of the artifact is loaded;
  *   3. dlopen cuda/plan.so, validate the whole plan (ABI, tensors, I/O, every launch and argument,
  *      every image's file name), the weights' size and sha256, the driver version;
@@ -21,7 +21,8 @@
  *   5. on the device's primary context (shared with other users of the driver, e.g. torch):
  *      load the module, look up every launch's function (raising its dynamic shared memory limit
  *      above 48 KiB where asked), allocate ONE device block (arena, then weights), upload
- *      weights.bin once, create a non-blocking stream, and build every launch's kernelParams.
+ *      weights.bin once from its mapping (unmapped after the upload), create a non-blocking stream,
+ *      and build every launch's kernelParams.
  *
  * Run copies inputs into the arena (host-to-device, or device-to-device for device buffers), runs
  * the launches, copies outputs out, and synchronizes the stream; it allocates nothing. With
@@ -834,7 +835,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void**
   m->graph = opts->use_cuda_graph ? GRAPH_PENDING : GRAPH_OFF;
   describe(m);
   free(image);
-  free(w.data);
+  tlmrt_release_weights(&w);
   *tables = t;
   *out_state = m;
   return TLMRT_OK;
@@ -844,7 +845,7 @@ fail:
     g_api.CtxPopCurrent(&popped);
   }
   free(image);
-  free(w.data);
+  tlmrt_release_weights(&w);
   cuda_close(m);
   return s;
 }

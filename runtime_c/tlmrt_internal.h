@@ -105,17 +105,20 @@ char* tlmrt_join_path(const char* dir, const char* rel);
 void* tlmrt_alloc_aligned(uint64_t n);
 int tlmrt_is_sha256_hex(const char* s);
 
-/* weights.bin read into a 64-byte-aligned buffer (zero-padded to a multiple of 64), hashed while
- * it was read, so the bytes checked are the bytes used. */
+/* weights.bin memory-mapped read-only (MAP_PRIVATE, page-aligned, followed by at least 64 zero
+ * bytes) and hashed once from the mapping, so the bytes checked are the bytes used. */
 typedef struct {
-  uint8_t* data;
+  const uint8_t* data;
   uint64_t size;
+  size_t map_len;    /* of the whole mapping (file pages + one zero page), for munmap */
   char sha256[65];
   const char* file;  /* the artifact-relative name it was read from (a string literal) */
 } tlmrt_weights;
 
-/* Reads `file` (TLMRT_WEIGHTS_FILE or TLMRT_X86_WEIGHTS_FILE) from the artifact directory. */
+/* Maps `file` (TLMRT_WEIGHTS_FILE or TLMRT_X86_WEIGHTS_FILE) from the artifact directory. */
 tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights* out, char* err, size_t err_cap);
+/* Unmaps what tlmrt_load_weights mapped (nothing when it mapped nothing); safe to call twice. */
+void tlmrt_release_weights(tlmrt_weights* w);
 /* The plan's weights_bytes and weights_sha256 against the file's. `what` names the plan ("plan"). */
 tlmrt_status tlmrt_check_weights(const char* what, uint64_t plan_bytes, const char* plan_sha256,
                                  const tlmrt_weights* w, char* err, size_t err_cap);

@@ -1,5 +1,6 @@
 /*
- * tlmrt_sha256.c — artifact integrity: a small SHA-256 (FIPS 180-4) and the SHA256SUMS check.
+ * tlmrt_sha256.c — artifact integrity: a small SHA-256 (FIPS 180-4; portable C, and the x86 SHA
+ * extensions where the CPU has them) and the SHA256SUMS check.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -67,6 +68,82 @@ static void sha256_blocks(uint32_t state[8], const uint8_t* p, size_t nblocks) {
   }
 }
 
+/* x86 SHA extensions (SHA-NI): the same compression, four rounds per pair of sha256rnds2. The
+ * state is kept as the instructions want it: st0 = (a, b, e, f), st1 = (c, d, g, h), highest lane
+ * first. msg[j] holds four schedule words W[4g..4g+3] in turn; sha256msg1/msg2 extend it. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define TLMRT_HAVE_SHANI 1
+
+__attribute__((target("sha,sse4.1,ssse3"))) static void sha256_blocks_shani(uint32_t state[8], const uint8_t* p,
+                                                                            size_t nblocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+  __m128i t = _mm_loadu_si128((const __m128i*)(const void*)&state[0]);   /* d c b a */
+  __m128i st1 = _mm_loadu_si128((const __m128i*)(const void*)&state[4]); /* h g f e */
+  t = _mm_shuffle_epi32(t, 0xB1);                                        /* c d a b */
+  st1 = _mm_shuffle_epi32(st1, 0x1B);                                    /* e f g h */
+  __m128i st0 = _mm_alignr_epi8(t, st1, 8);                              /* a b e f */
+  st1 = _mm_blend_epi16(st1, t, 0xF0);                                   /* c d g h */
+  for (; nblocks > 0; --nblocks, p += 64) {
+    const __m128i save0 = st0, save1 = st1;
+    __m128i msg[4];
+    for (int g = 0; g < 4; ++g) {
+      msg[g] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(const void*)(p + 16 * g)), bswap);
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; ++g) {
+      __m128i v = _mm_add_epi32(msg[g & 3], _mm_loadu_si128((const __m128i*)(const void*)&kRound[4 * g]));
+      st1 = _mm_sha256rnds2_epu32(st1, st0, v);
+      if (g >= 3 && g <= 14) { /* W[4(g+1)..]: needs msg1 of four words ago, then msg2 */
+        __m128i w = _mm_add_epi32(msg[(g + 1) & 3], _mm_alignr_epi8(msg[g & 3], msg[(g - 1) & 3], 4));
+        msg[(g + 1) & 3] = _mm_sha256msg2_epu32(w, msg[g & 3]);
+      }
+      v = _mm_shuffle_epi32(v, 0x0E);
+      st0 = _mm_sha256rnds2_epu32(st0, st1, v);
+      if (g >= 1 && g <= 12) msg[(g - 1) & 3] = _mm_sha256msg1_epu32(msg[(g - 1) & 3], msg[g & 3]);
+    }
+    st0 = _mm_add_epi32(st0, save0);
+    st1 = _mm_add_epi32(st1, save1);
+  }
+  t = _mm_shuffle_epi32(st0, 0x1B);         /* f e b a */
+  st1 = _mm_shuffle_epi32(st1, 0xB1);       /* d c h g */
+  st0 = _mm_blend_epi16(t, st1, 0xF0);      /* d c b a */
+  st1 = _mm_alignr_epi8(st1, t, 8);         /* h g f e */
+  _mm_storeu_si128((__m128i*)(void*)&state[0], st0);
+  _mm_storeu_si128((__m128i*)(void*)&state[4], st1);
+}
+
+/* SHA, SSSE3 and SSE4.1 from cpuid (leaf 7 EBX bit 29; leaf 1 ECX bits 9 and 19). */
+static int cpu_has_shani(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  if (!(c & (1u << 9)) || !(c & (1u << 19))) return 0;
+  if (__get_cpuid_max(0, NULL) < 7) return 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  return (b & (1u << 29)) != 0;
+}
+#endif
+
+/* Which compression runs, decided once per process: SHA-NI where the CPU has it, unless
+ * TLMRT_SHA256_PORTABLE=1 asks for the portable code (the tests cover both this way). The choice
+ * is a pure function of the CPU and the environment, so a race on the first calls is harmless. */
+typedef void (*sha256_blocks_fn)(uint32_t state[8], const uint8_t* p, size_t nblocks);
+static sha256_blocks_fn g_blocks; /* NULL until chosen */
+
+static sha256_blocks_fn choose_blocks(void) {
+  sha256_blocks_fn f = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE);
+  if (f != NULL) return f;
+  f = sha256_blocks;
+#ifdef TLMRT_HAVE_SHANI
+  const char* env = getenv("TLMRT_SHA256_PORTABLE");
+  int portable = env != NULL && strcmp(env, "1") == 0;
+  if (!portable && cpu_has_shani()) f = sha256_blocks_shani;
+#endif
+  __atomic_store_n(&g_blocks, f, __ATOMIC_RELEASE);
+  return f;
+}
+
 void tlmrt_sha256_init(tlmrt_sha256_ctx* ctx) {
   static const uint32_t kInit[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
                                     0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
@@ -86,12 +163,12 @@ void tlmrt_sha256_update(tlmrt_sha256_ctx* ctx, const void* data, size_t len) {
     p += take;
     len -= take;
     if (ctx->block_len < 64u) return;
-    sha256_blocks(ctx->state, ctx->block, 1);
+    choose_blocks()(ctx->state, ctx->block, 1);
     ctx->block_len = 0;
   }
   size_t whole = len / 64u;
   if (whole > 0) {
-    sha256_blocks(ctx->state, p, whole);
+    choose_blocks()(ctx->state, p, whole);
     p += whole * 64u;
     len -= whole * 64u;
   }

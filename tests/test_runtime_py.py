@@ -518,3 +518,31 @@ def test_check_report_is_json_friendly_for_the_cli(artifact: Path) -> None:
     report = rt.check(artifact)
     assert report.ok
     json.dumps({"target": report.target, "lines": report.lines()})
+
+
+def _weights_mappings() -> list[str]:
+    """The lines of /proc/self/maps that map a weights.bin (the staging folder's link to it may be
+    removed already: the line then ends in " (deleted)")."""
+    with open("/proc/self/maps") as f:
+        rows = [ln.split(maxsplit=5) for ln in f]
+    return [" ".join(r) for r in rows if len(r) == 6 and r[5].removesuffix(" (deleted)\n").rstrip("\n")
+            .endswith("/weights.bin")]
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc/self/maps")
+def test_two_models_of_one_artifact_map_its_weights_read_only_and_unmap_them_at_close(
+        artifact: Path, needs_runtime: None) -> None:
+    before = len(_weights_mappings())
+    first = rt.load(artifact, device="cpu", num_threads=1)
+    second = rt.load(artifact, device="cpu", num_threads=1)
+    maps = _weights_mappings()
+    assert len(maps) == before + 2, maps  # mapped, not copied: each open maps the file once
+    assert all(ln.split()[1] == "r--p" for ln in maps[before:]), maps
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    k = np.array([3], dtype=np.int32)
+    want = first.run(None, {"x": x, "k": k})
+    got = second.run(None, {"x": x, "k": k})
+    assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True))
+    first.close()
+    second.close()
+    assert len(_weights_mappings()) == before

@@ -3,13 +3,17 @@
 The Python runtime hashes with hashlib in chunks (extract.sha256_file, stage's copy-while-hashing);
 the C runtime with its own implementation, reached here through its public API: an artifact whose
 SHA256SUMS lists files holding the vectors' messages opens with verification on only if every
-digest the C runtime computes is the standard one.
+digest the C runtime computes is the standard one. The C runtime has two implementations (the x86
+SHA extensions where the CPU has them, portable C elsewhere); TLMRT_SHA256_PORTABLE=1 forces the
+portable one, so both are checked on a CPU that has the extensions.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,3 +88,14 @@ def test_c_runtime_refuses_a_digest_one_hex_digit_off(vectors_dir: Path, tmp_pat
     art = _artifact_listing(tmp_path, vectors_dir, digests)
     with pytest.raises(ArtifactError, match=r"v/abc\.bin: sha256 mismatch"):
         lib.open_model(art, 1, verify_files=True)
+
+
+@pytest.mark.skipif(os.environ.get("TLMRT_SHA256_PORTABLE") == "1", reason="already the portable run")
+def test_c_runtime_portable_hash_matches_every_standard_vector_too() -> None:
+    env = {**os.environ, "TLMRT_SHA256_PORTABLE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                           "-k", "c_runtime_hash_matches or one_hex_digit_off"],
+                          env=env, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 passed" in proc.stdout, proc.stdout[-3000:]

@@ -50,9 +50,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   memset(&w, 0, sizeof(w));
   w.file = TLMRT_WEIGHTS_FILE;
   w.size = weights_size;
-  w.data = (uint8_t*)malloc(weights_size > 0 ? weights_size : 1u);  /* exact size: ASan sees overruns */
-  if (w.data == NULL) return 0;
-  memset(w.data, 0x5a, weights_size);
+  uint8_t* wbuf = (uint8_t*)malloc(weights_size > 0 ? weights_size : 1u);  /* exact size: ASan sees overruns */
+  if (wbuf == NULL) return 0;
+  memset(wbuf, 0x5a, weights_size);
+  w.data = wbuf;
   memset(w.sha256, 'a', 64);
   w.sha256[64] = '\0';
 
@@ -162,6 +163,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     free(m.shapes);
     free(m.step_first_arg);
   }
-  free(w.data);
+  free(wbuf);
   return 0;
 }
