@@ -117,6 +117,7 @@ def build_batch(store: Store, machine: Machine, train_keys: list[str], eval_keys
 def measure_batch(batch_dir: Path, threads: int) -> dict:
     """On the other machine: checks and times every program of the batch through runtime_c
     (interleaved rounds, as the dataset); returns the results (JSON)."""
+    from .collect import _cpu_model
     from .measure import measure_folders
 
     batch = json.loads((batch_dir / "batch.json").read_text())
@@ -134,16 +135,6 @@ def measure_batch(batch_dir: Path, threads: int) -> dict:
     return {"results": results, "seconds": round(time.perf_counter() - started, 1),
             "machine": {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count()},
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def import_results(store: Store, batch_dir: Path, results: dict) -> list[dict]:
