@@ -40,8 +40,8 @@ def main() -> None:
     store = Store(a.data_dir or default_root())
     keys = random.Random(a.seed).sample(store.task_keys(), min(a.tasks, len(store.task_keys())))
     if a.target == "cuda":
-        from tlmpack.schedule.hardware import cuda_hardware
         from tlmpack.schedule.cuda_footprint import SharedFootprint
+        from tlmpack.schedule.hardware import cuda_hardware
         from tlmpack.training.cuda_programs import ARCH, cuda_tvm_target, sample_cuda_point
 
         tvm_target, hw = cuda_tvm_target(), cuda_hardware(ARCH)
