@@ -186,3 +186,20 @@ def test_two_tlm_builds_in_fresh_processes_are_byte_identical(tmp_path):
                         "--scheduler", "tlm"], check=True, capture_output=True, timeout=600)
         tars.append(out.read_bytes())
     assert tars[0] == tars[1]
+
+
+def test_generate_prints_a_decodable_sentence_per_candidate():
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+    from tlmpack.tlm.language import decode_tokens
+    from tlmpack.training.store import Store, default_root
+
+    key = Store(default_root()).task_keys()[0]
+    result = CliRunner().invoke(main, ["tlm", "generate", "--target", "x86", "--task", key[:8], "--samples", "2"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.strip().splitlines() if line.startswith("{")]
+    assert lines and lines[0]["rank"] == 0 and lines[0]["task"] == key
+    for line in lines:
+        sentence = decode_tokens(line["sentence"].split())
+        assert [d.to_json() for d in sentence.decisions] == line["decisions"]

@@ -482,3 +482,45 @@ def calibrate(target: str, reports: tuple[str, ...], threads: int, weights: str 
     if write:
         click.echo(f"{path.name}: min_confidence {result['min_confidence']}, sha256 "
                    f"{set_min_confidence(path, result['min_confidence'])}")
+
+
+@tlm.command()
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--task", "tasks", required=True, multiple=True, help="A stored task's key or key prefix (repeatable).")
+@click.option("--samples", default=0, show_default=True, help="Also this many seeded top-k samples.")
+@click.option("--threads", default=1, show_default=True, help="x86: the cores the schedule is for.")
+@click.option("--weights", default=None, help="TLM weights (default: the package's).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def generate(target: str, tasks: tuple[str, ...], samples: int, threads: int, weights: str | None, seed: int,
+             data_dir: str | None) -> None:
+    """Decode stored tasks' schedules with the TLM (greedy first, then samples): one JSON line each,
+    with the sentence in the tensor language and the model's confidence."""
+    from pathlib import Path
+
+    from ..schedule.space import DesignSpace
+    from ..tlm.decode import decode_space, out_of_distribution
+    from ..tlm.language import Sentence, tokens
+    from ..tlm.model import load_file, weights_path
+    from .candidates import _task_hardware
+    from .corpus import load_func
+    from .dataset import task_info
+
+    store = _store(data_dir)
+    tlm = load_file(Path(weights) if weights else weights_path(target), target)
+    tvm_target, hardware = _task_hardware(target, threads)
+    known = store.task_keys()
+    for prefix in tasks:
+        found = [k for k in known if k.startswith(prefix)]
+        if len(found) != 1:
+            raise click.BadParameter(f"{prefix!r} matches {len(found)} stored tasks; expected exactly one",
+                                     param_hint="--task")
+        task = store.task(found[0])
+        info = task_info(task)
+        for i, d in enumerate(decode_space(tlm, DesignSpace(load_func(task), tvm_target), hardware, info,
+                                           samples=samples, seed=seed)):
+            click.echo(json.dumps({
+                "task": found[0], "name": task["name"], "model": tlm.id, "rank": i, "sketch": d.sketch,
+                "decisions": [x.to_json() for x in d.decisions], "confidence": round(d.confidence, 4),
+                "model_ms": round(d.decode_ms, 2), "out_of_distribution": out_of_distribution(tlm, info),
+                "sentence": " ".join(tokens(Sentence(hardware, info, d.sketch, d.decisions)))}, sort_keys=True))
