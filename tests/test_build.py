@@ -294,7 +294,7 @@ def test_c_runtime_refuses_kernels_built_for_a_cpu_feature_this_cpu_lacks(tmp_pa
     onnx_path = tmp_path / "mlp.onnx"
     zoo.export_onnx("mlp", onnx_path)
     tar = tmp_path / "mlp512.tar"
-    build(str(onnx_path), tar, BuildOptions(cpu="skylake-avx512"))
+    build(str(onnx_path), tar, BuildOptions(cpu="skylake-avx512", cores=16))
     with pytest.raises(IncompatibleTargetError, match="avx512f"):
         rt.load(tar, device="cpu")  # the Python preflight
     folder = tmp_path / "art"
@@ -321,3 +321,22 @@ def test_exact_math_build_also_matches_onnxruntime(build_zoo_model, tmp_path):
     (ref,) = onnxruntime_outputs(onnx_path, feed)
     (out,) = rt.load(tar).run(None, feed)
     assert rel_err(out, ref) < TOLERANCE
+
+
+def test_a_cross_build_takes_its_cores_and_caches_from_the_options_not_the_host(monkeypatch):
+    import tlmpack.schedule.hardware as hardware
+    from tlmpack.build import BuildOptions, resolve_x86_machine
+    from tlmpack.errors import LoweringError
+
+    with pytest.raises(LoweringError, match="cross build: give --cores N"):
+        resolve_x86_machine(BuildOptions(cpu="skylake-avx512"))
+    first = resolve_x86_machine(BuildOptions(cpu="skylake-avx512", cores=16))
+    monkeypatch.setattr(hardware, "host_cores", lambda: 64)  # another build machine
+    monkeypatch.setattr(hardware, "host_caches_kib", lambda: (64, 4096, 65536))
+    second = resolve_x86_machine(BuildOptions(cpu="skylake-avx512", cores=16))
+    assert first == second and first.cores == 16 and first.cache_kib == hardware.NAMED_CPU_CACHES_KIB["skylake-avx512"]
+    assert first.to_json()["cores"] == 16 and first.to_json()["cache_kib"] == list(first.cache_kib)
+    native = resolve_x86_machine(BuildOptions())  # a native build: this host's, recorded
+    assert native.cores == 64 and native.cache_kib == (64, 4096, 65536)
+    with pytest.raises(LoweringError, match="no cache sizes known"):
+        resolve_x86_machine(BuildOptions(cpu="tigerlake", cores=4))

@@ -38,6 +38,8 @@ class BuildOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     scheduler: str = "tlm"  # tlm | heuristic | baseline (fixed x86 rules, dlight on CUDA)
     tune: int = 0  # > 0: measure this many candidates per x86 task on the build host, keep the fastest
+    cores: int | None = None  # the x86 target's cores (parallel loops are split for them); default: this host's
+    cache_kib: tuple[int, int, int] | None = None  # its L1d, L2 (per core) and L3 in KiB; default: this host's
     tlm_weights: dict[str, str] = field(default_factory=dict)  # target -> TLM weights file (default: shipped)
     cuda_archs: tuple[str, ...] = ()  # e.g. ("sm_80", "sm_90"); empty: sm_90
     # TVM's FastMathTransform: vectorisable erf/exp/tanh approximations. On by default: checked
@@ -57,6 +59,8 @@ class BuildOptions:
             out["cuda_pipeline"] = bool(self.cuda_pipeline)
         if self.tune:
             out["tune"] = self.tune
+        if "x86" in self.targets:
+            out["cores"], out["cache_kib"] = self.cores, list(self.cache_kib) if self.cache_kib else None
         if self.tlm_weights:  # the manifest's "tlm" entry has their ids and sha256
             out["tlm_weights"] = {t: Path(p).name for t, p in sorted(self.tlm_weights.items())}
         if "cuda" in self.targets:
@@ -101,6 +105,31 @@ def _unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
     return ()
 
 
+def resolve_x86_machine(options: BuildOptions) -> BuildOptions:
+    """The x86 target's cores and caches, decided once and recorded: given, else this host's for a
+    native build; a cross build (--cpu of another CPU) never takes them from the host, so the same
+    options give the same bytes on any build machine."""
+    import tvm
+
+    from .schedule.hardware import NAMED_CPU_CACHES_KIB, host_caches_kib, host_cores
+
+    cross = options.cpu is not None and options.cpu != tvm.target.codegen.llvm_get_system_cpu()
+    cores, cache = options.cores, options.cache_kib
+    if cores is None:
+        if cross:
+            raise LoweringError(f"--cpu {options.cpu} is a cross build: give --cores N, the target machine's "
+                                "core count (kernels split their parallel loops for it)")
+        cores = host_cores()
+    if cache is None:
+        cache = NAMED_CPU_CACHES_KIB.get(options.cpu) if cross else host_caches_kib()
+        if cache is None:
+            raise LoweringError(f"--cpu {options.cpu}: no cache sizes known for this CPU; give --cache L1D,L2,L3 "
+                                f"(KiB; known: {', '.join(sorted(NAMED_CPU_CACHES_KIB))})")
+    if cores < 1 or min(cache) < 1:
+        raise LoweringError(f"--cores and --cache must be positive (got {cores} and {list(cache)})")
+    return dataclasses.replace(options, cores=cores, cache_kib=tuple(cache))
+
+
 def _tlm_weights(options: BuildOptions) -> dict[str, str] | None:
     """Weights given with --tlm-weights; else, for a cross build for a CPU the x86 TLM was adapted
     to (tlmpack tlm adapt), those; else the shipped ones (None)."""
@@ -139,6 +168,8 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
     cuda = cuda_target(options.cuda_archs) if "cuda" in options.targets else None  # fail before the long part
     options = dataclasses.replace(options, targets=tuple(t for t in TARGET_ORDER if t in options.targets),
                                   cuda_archs=cuda.archs if cuda else ())
+    if "x86" in options.targets:
+        options = resolve_x86_machine(options)
 
     import tvm
 
@@ -192,8 +223,8 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
             records_by_target["cuda"] = {r.task: r for r in records}
         x86_weights = graph.weights
         if "x86" in options.targets:
-            target = x86_target(options.cpu)
-            hardware = detect_x86(target.features, target.num_cores)
+            target = x86_target(options.cpu, options.cores)
+            hardware = detect_x86(target.features, options.cores, options.cache_kib)
             say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
             scheduled = schedule_tasks(x86_source, target.tvm_target(), "x86",
                                        SelectOptions(options.scheduler, options.tune, _tlm_weights(options),

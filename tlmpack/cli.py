@@ -159,6 +159,12 @@ def main(debug: bool) -> None:
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D0xD1…",
               help="Pin an input's shape, e.g. x:1x3x224x224 (repeatable).")
 @click.option("--cpu", default=None, help="LLVM CPU name for x86 (default: this machine's).")
+@click.option("--cores", default=None, type=click.IntRange(min=1),
+              help="The x86 target's cores: kernels split their parallel loops for them (default: this machine's; "
+                   "a cross build with --cpu needs it).")
+@click.option("--cache", "cache", default=None, metavar="L1D,L2,L3",
+              help="The x86 target's caches in KiB: L1d and L2 per core, L3 in all (default: this machine's, or for "
+                   "--cpu a typical part of that CPU).")
 @click.option("--fast-math/--exact-math", "fast_math", default=True, show_default=True,
               help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform), checked within 1e-4 "
                    "of onnxruntime/torch on x86 and CUDA; --exact-math keeps libm's functions.")
@@ -181,7 +187,7 @@ def main(debug: bool) -> None:
               help="CUDA matmul: prefer the pipelined sketch (default: $TLMPACK_CUDA_PIPELINE, else off); recorded.")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
-          scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool,
+          cores: int | None, cache: str | None, scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool,
           disable_rules: str | None, cuda_pipeline: bool | None) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     missing = missing_compiler_modules(model)
@@ -196,10 +202,20 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
                            input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
                            cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()),
                            fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights),
-                           cuda_pipeline=cuda_pipeline,
+                           cuda_pipeline=cuda_pipeline, cores=cores, cache_kib=_parse_cache(cache),
                            disabled_rules=None if disable_rules is None else
                            tuple(r.strip() for r in disable_rules.split(",") if r.strip()))
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
+
+
+def _parse_cache(text: str | None) -> tuple[int, int, int] | None:
+    if text is None:
+        return None
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise click.BadParameter(f"{text!r}: expected three positive KiB sizes, L1D,L2,L3 (e.g. 48,2048,32768)",
+                                 param_hint="--cache")
+    return tuple(int(p) for p in parts)
 
 
 def _parse_weights(items: tuple[str, ...]) -> dict[str, str]:

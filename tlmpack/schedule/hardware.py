@@ -71,16 +71,34 @@ def _cache_bytes(level: int, kind: str, default: int) -> int:
     return default
 
 
-def detect_x86(features: tuple[str, ...], cores: int | None = None) -> X86Hardware:
-    """The build host's caches and core count, with the vector ISA of the target's features."""
+# Caches (KiB: L1d and L2 per core, L3 of the part) of a typical part of each LLVM CPU name, for
+# cross builds given no --cache: hints for tiling, not a datasheet of every SKU.
+NAMED_CPU_CACHES_KIB: dict[str, tuple[int, int, int]] = {
+    "haswell": (32, 256, 8192), "broadwell": (32, 256, 8192), "skylake": (32, 256, 8192),
+    "skylake-avx512": (32, 1024, 25344), "cascadelake": (32, 1024, 36608), "icelake-server": (48, 1280, 49152),
+    "sapphirerapids": (48, 2048, 107520), "znver2": (32, 512, 32768), "znver3": (32, 512, 32768),
+    "znver4": (32, 1024, 32768),
+}
+
+
+def host_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def host_caches_kib() -> tuple[int, int, int]:
+    return (_cache_bytes(1, "Data", 32 * 1024) // 1024, _cache_bytes(2, "Unified", 1024 * 1024) // 1024,
+            _cache_bytes(3, "Unified", 8 * 1024 * 1024) // 1024)
+
+
+def detect_x86(features: tuple[str, ...], cores: int | None = None,
+               caches_kib: tuple[int, int, int] | None = None) -> X86Hardware:
+    """The target's description: the vector ISA of its features, ``cores`` and ``caches_kib``
+    (L1d, L2, L3) as given, else the build host's."""
     wide = "avx512f" in features
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    l1d, l2, l3 = caches_kib or host_caches_kib()
     return X86Hardware(
-        cores=cores,
+        cores=cores or host_cores(),
         vector_bits=512 if wide else 256 if "avx" in features or "avx2" in features else 128,
         vector_registers=32 if wide else 16,
-        l1d_bytes=_cache_bytes(1, "Data", 32 * 1024),
-        l2_bytes=_cache_bytes(2, "Unified", 1024 * 1024),
-        l3_bytes=_cache_bytes(3, "Unified", 8 * 1024 * 1024),
+        l1d_bytes=l1d * 1024, l2_bytes=l2 * 1024, l3_bytes=l3 * 1024,
     )
