@@ -268,6 +268,10 @@ def _describe(manifest: dict) -> list[str]:
                        f"{need // 1000}.{need % 1000 // 10}, {p(t.get('launches', '?'))} launches")
         else:
             out.append(f"  target {p(t['id']):6} {p(t.get('cpu'))} features={','.join(map(p, t.get('cpu_features', [])))}")
+    tlm = manifest.get("tlm") if isinstance(manifest.get("tlm"), dict) else {}
+    for target, model in sorted(tlm.items()):
+        if isinstance(model, dict):
+            out.append(f"  tlm    {p(target):6} {p(model.get('id'))} (sha256 {p(str(model.get('sha256', ''))[:16])}…)")
     mem = manifest.get("memory") or {}
     out.append(f"  arena {float(mem.get('arena_bytes', 0)) / 2**20:.2f} MiB (unplanned "
                f"{float(mem.get('unplanned_bytes', 0)) / 2**20:.2f} MiB), "
