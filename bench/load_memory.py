@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Load time and memory of two models of one big artifact, for one or more tlmpack checkouts.
 
-    python bench/load_memory.py --weights-mb 300 --checkout before=/work/main --checkout after=.
+    python bench/load_memory.py --weights-mb 300 --checkout before=../tlmpack-before --checkout after=.
+
+(``before``: a checkout of the commit to compare with, e.g. ``git worktree add ../tlmpack-before REV``.)
 
 The artifact is the fabricated model of tests/fixtures_runtime (a hand-written plan: loading costs
 what the runtime does, not what TVM's kernels do) with WEIGHTS_MB of weights, written in the
