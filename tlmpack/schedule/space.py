@@ -104,6 +104,17 @@ def legal_values(site: SamplingSite) -> list:
     return list(site.candidates)
 
 
+def fixed_decider(decisions: tuple[Decision, ...]):
+    """A decider that replays given decisions in trace order (e.g. a decoded sentence)."""
+
+    def decide(site: SamplingSite, _sampled):
+        if site.index >= len(decisions) or decisions[site.index].kind != site.kind:
+            raise ValueError(f"decision {site.index} does not match a {site.kind} site")
+        return decisions[site.index].value
+
+    return decide
+
+
 class DesignSpace:
     """The sketches MetaSchedule's post-order-apply generates for one PrimFunc on one target."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import Decision
-from .space import DesignSpace
+from .space import DesignSpace, fixed_decider
 
 ROUNDS = 3
 ROUND_MS = 2.0
@@ -34,13 +34,6 @@ class Tuned:
     latencies: dict[str, float | None]
 
 
-def _fixed(decisions: tuple[Decision, ...]):
-    def decide(site, _sampled):
-        return decisions[site.index].value
-
-    return decide
-
-
 def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[int, tuple[Decision, ...]]],
                        threads: int) -> dict[str, float | None]:
     """name -> min µs over interleaved rounds (None when the point did not replay, build or run)."""
@@ -52,7 +45,7 @@ def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str,
     space = DesignSpace(func, tvm_target)
     funcs: dict[str, Any] = {}
     for name, (sketch, decisions) in candidates.items():
-        replayed = space.replay(sketch, _fixed(decisions), locations=True)
+        replayed = space.replay(sketch, fixed_decider(decisions), locations=True)
         if replayed is not None:
             funcs[name] = replayed[0].with_attr("global_symbol", name)
     out: dict[str, float | None] = {name: None for name in candidates}

@@ -118,14 +118,13 @@ def round_progress(store, target: str, records: list[dict]) -> dict:
         hw = {k: v for k, v in r["hardware"].items() if k not in ("features",)}
         return r["task"], _json.dumps(hw, sort_keys=True), r.get("timer", "")
 
-    this_round = {id(r) for r in records}
     mine = defaultdict(list)
     for r in records:
         if r.get("valid"):
             mine[group(r)].append(r)
     before: dict[tuple, list[dict]] = defaultdict(list)
     for r in store.records(target):
-        if r.get("valid") and group(r) in mine and id(r) not in this_round and r.get("rule") != "re-measured":
+        if r.get("valid") and group(r) in mine and r.get("rule") != "re-measured":
             before[group(r)].append(r)
     rows = []
     for g, rs in sorted(mine.items()):

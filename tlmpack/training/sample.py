@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..schedule.records import Decision
-from ..schedule.space import DesignSpace, SamplingSite, legal_values
+from ..schedule.space import DesignSpace, SamplingSite, fixed_decider, legal_values
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,6 @@ def sample_point(space: DesignSpace, rng: random.Random, sketch: int | None = No
         return None
     func, decisions = replayed
     return Point(sketch, decisions, func)
-
-
-def fixed_decider(decisions: tuple[Decision, ...]):
-    """A decider that replays given decisions in trace order (e.g. a decoded sentence)."""
-
-    def decide(site: SamplingSite, _sampled):
-        if site.index >= len(decisions) or decisions[site.index].kind != site.kind:
-            raise ValueError(f"decision {site.index} does not match a {site.kind} site")
-        return decisions[site.index].value
-
-    return decide
 
 
 def replay_point(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...]) -> Point | None:
