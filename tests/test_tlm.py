@@ -203,3 +203,18 @@ def test_generate_prints_a_decodable_sentence_per_candidate():
     for line in lines:
         sentence = decode_tokens(line["sentence"].split())
         assert [d.to_json() for d in sentence.decisions] == line["decisions"]
+
+
+def test_tune_measures_the_tlm_and_rules_candidates_and_keeps_the_fastest(tmp_path):
+    import tarfile
+
+    from tlmpack.build import BuildOptions, build
+
+    build("tlmpack.zoo:mlp_factory", tmp_path / "tuned.tar", BuildOptions(scheduler="tlm", tune=3))
+    with tarfile.open(tmp_path / "tuned.tar") as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+    assert manifest["build_options"]["tune"] == 3
+    for subgraph in manifest["subgraphs"]:
+        (schedule,) = subgraph["schedules"]
+        assert schedule["chosen_by"] == "search" and "measured here" in schedule["note"]
+        assert "heuristic" in schedule["note"] and "tlm_greedy" in schedule["note"]

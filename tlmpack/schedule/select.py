@@ -127,6 +127,7 @@ class RuleChoice:
     rule: str
     choose_ms: float
     total_ms: float
+    alternatives: tuple = ()  # the TLM's top-k samples besides its pick (decode.Decoded), for --tune
 
 
 def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
@@ -182,7 +183,7 @@ class SelectOptions:
 
 def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: str, options: SelectOptions,
                 samples: int = 0) -> tuple[RuleChoice | None, str, Any]:
-    """The TLM's greedy schedule (and ``samples`` top-k ones in ``RuleChoice.extra``):
+    """The TLM's greedy schedule (and ``samples`` top-k ones in ``RuleChoice.alternatives``):
     (choice, why it fell back, the loaded model or None)."""
     from ..tlm.decode import decode_space, out_of_distribution
     from ..tlm.language import describe_task
@@ -208,8 +209,7 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     if best.confidence < tlm.summary.min_confidence:
         return None, f"confidence {best.confidence:.2f} below {tlm.summary.min_confidence:.2f}", tlm
     choice = RuleChoice(best.sketch, best.func, best.decisions, f"{tlm.id}, confidence {best.confidence:.2f}",
-                        choose_ms, (time.perf_counter() - started) * 1e3)
-    object.__setattr__(choice, "extra", decoded[1:])
+                        choose_ms, (time.perf_counter() - started) * 1e3, tuple(decoded[1:]))
     return choice, "", tlm
 
 
@@ -253,7 +253,7 @@ def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, o
         else:
             prefix = f"tlm fallback: {why}; "
     if options.tune and options.scheduler in ("tlm", "heuristic"):
-        tuned = _tune_x86(graph, task, func, marked, tvm_target, hardware, choice)
+        tuned = _tune_x86(graph, task, func, marked, tvm_target, hardware, choice, options)
         if tuned is not None:
             choice, chosen_by = tuned, "search"
     if choice is None:
@@ -267,22 +267,38 @@ def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, o
     return choice, chosen_by, prefix, split, tlm
 
 
-def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice: RuleChoice | None
-              ) -> RuleChoice | None:
+def _tlm_points(func, tvm_target, hardware, task_name: str, options: SelectOptions) -> list:
+    """The TLM's greedy and top-k points whatever its confidence (--tune measures them anyway)."""
+    from ..tlm.decode import decode_space
+    from ..tlm.language import describe_task
+    from ..tlm.model import TLMUnavailable, load
+
+    try:
+        tlm = load("x86", (options.tlm_weights or {}).get("x86"))
+    except TLMUnavailable:
+        return []
+    return decode_space(tlm, DesignSpace(func, tvm_target), hardware, describe_task(func, task_name),
+                        samples=max(0, options.tune - 2))
+
+
+def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice: RuleChoice | None,
+              options: SelectOptions) -> RuleChoice | None:
     """--tune: the fastest of the TLM's points and the rules' on this host, replayed on the build's
     (pre-packing) space; None when nothing could be measured."""
-    from .tune import _fixed, tune_task
+    from .space import fixed_decider
+    from .tune import tune_task
 
     started = time.perf_counter()
-    points = []
     if tlm_choice is not None:
-        points = [tlm_choice, *getattr(tlm_choice, "extra", ())]
+        points = [tlm_choice, *tlm_choice.alternatives]
+    else:  # the model fell back, but its candidates are measured with the rules' all the same
+        points = _tlm_points(marked, tvm_target, hardware, task.name, options) if options.scheduler == "tlm" else []
     rules = schedule_with_rules(marked, tvm_target, "x86", hardware)
     num_outputs = next(c.num_outputs for c in graph.calls if c.task == task.id)
     tuned = tune_task(func, num_outputs, tvm_target, hardware.cores, points, rules)
     if tuned is None:
         return None
-    replayed = DesignSpace(marked, tvm_target).replay(tuned.sketch, _fixed(tuned.decisions), locations=True)
+    replayed = DesignSpace(marked, tvm_target).replay(tuned.sketch, fixed_decider(tuned.decisions), locations=True)
     if replayed is None:
         return None
     measured = ", ".join(f"{n} {t:.1f}" for n, t in sorted(tuned.latencies.items(), key=lambda kv: kv[1] or 1e30)
