@@ -73,3 +73,41 @@ def test_guided_sampling_finds_legal_large_matmul_points_more_often():
     guided = [sample_cuda_point(space, random.Random(i), fp) for i in range(60)]
     assert sum(p is not None for p in guided) > 2 * max(plain, 1)
     assert all(fp.bytes(_main_tiles(p, fp)) <= MAX_SHARED_BYTES for p in guided if p is not None)
+
+
+def _conv_add_relu(c: int, h: int, k: int, r: int, stride: int, pad: int):
+    x = te.placeholder((1, c, h, h), name="X")
+    w = te.placeholder((k, c, r, r), name="W")
+    b = te.placeholder((1, k, 1, 1), name="B")
+    y = topi.nn.relu(topi.add(topi.nn.conv2d_nchw(x, w, stride, pad, 1), b))
+    return te.create_prim_func([x, w, b, y])
+
+
+def test_grid_floor_is_one_block_per_sm_unless_the_loops_are_small():
+    from tlmpack.schedule.cuda_footprint import grid_blocks, grid_floor
+    from tlmpack.schedule.records import Decision
+
+    big = SharedFootprint.of(_dense(512, 768, 768))
+    assert grid_floor(big, 132) == 132
+    assert grid_floor(SharedFootprint.of(_dense(8, 64, 64)), 132) == 2  # 512 points: 256 a block
+    assert grid_floor(None, 132) == 0
+    tiles = (Decision("tile", (4, 1, 8, 4, 4)), Decision("tile", (6, 2, 4, 4, 4)), Decision("tile", (48, 4, 4)))
+    assert grid_blocks(big, tiles) == 24
+
+
+def test_the_tlm_never_launches_a_cuda_grid_under_one_wave():
+    """The shipped CUDA model's greedy point for this fused 1x1 convolution is a single block;
+    the choice must be a top-k sample with a full grid, or the rules (with the reason)."""
+    from tlmpack.schedule.cuda_footprint import grid_blocks, grid_floor
+    from tlmpack.schedule.hardware import cuda_hardware
+    from tlmpack.schedule.select import SelectOptions, _tlm_choice
+
+    hardware = cuda_hardware("sm_90")
+    for func in (_conv_add_relu(256, 56, 64, 1, 1, 0), _conv_add_relu(512, 7, 2048, 1, 1, 0)):
+        footprint = SharedFootprint.of(func)
+        choice, why, _ = _tlm_choice(func, cuda_tvm_target(), "cuda", hardware, "fused_conv2d_add_relu",
+                                     SelectOptions("tlm"))
+        if choice is None:
+            assert "under one wave" in why
+        else:
+            assert grid_blocks(footprint, choice.decisions) >= grid_floor(footprint, hardware.sm_count) == 132

@@ -74,6 +74,26 @@ class SharedFootprint:
 
 MAX_THREADS, MAX_VTHREAD, MIN_THREADS = 1024, 8, 32
 MAX_SHARED_BYTES = 49152  # a block's shared memory without opt-in (CudaHardware.max_shared_memory_per_block)
+POINTS_PER_BLOCK = 256  # the grid floor never asks for blocks of fewer output points on average
+
+
+def grid_floor(footprint: SharedFootprint | None, sm_count: int) -> int:
+    """The fewest thread blocks a matmul-like point should launch: one per SM (a smaller grid
+    leaves SMs idle for the whole kernel), lowered for small loop nests so that a block keeps
+    POINTS_PER_BLOCK output points on average. 0 (no floor) for other tasks. A performance rule,
+    not a legality condition: the sampler does not apply it; the TLM's choice is checked with it."""
+    if footprint is None or sm_count <= 0:
+        return 0
+    points = math.prod(extent for extent, reduction in footprint.loops if not reduction)
+    return min(sm_count, points // POINTS_PER_BLOCK)
+
+
+def grid_blocks(footprint: SharedFootprint, decisions) -> int:
+    """Thread blocks of an SSSRRSRS point: the product of the outermost factors of the main block's
+    spatial tiles (its 5-way tile decisions, in loop order)."""
+    spatial = sum(not reduction for _, reduction in footprint.loops)
+    tiles = [d.value for d in decisions if d.kind == "tile" and len(d.value) == 5][:spatial]
+    return math.prod(t[0] for t in tiles)
 
 
 class PointFilter:
