@@ -158,6 +158,11 @@ def main(debug: bool) -> None:
               help="The .tar to write.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D0xD1…",
               help="Pin an input's shape, e.g. x:1x3x224x224 (repeatable).")
+@click.option("--batch", "batch", default=None, metavar="B1,B2,…",
+              help="Dynamic batch: one artifact with a plan per listed batch size (axis 0 of every input must be "
+                   "symbolic in the ONNX model); it runs any batch up to the largest, padded or split.")
+@click.option("--max-batch", "max_batch", default=None, type=click.IntRange(min=1),
+              help="Dynamic batch with plans for the powers of two up to this batch, and it.")
 @click.option("--cpu", default=None, help="LLVM CPU name for x86 (default: this machine's).")
 @click.option("--cores", default=None, type=click.IntRange(min=1),
               help="The x86 target's cores: kernels split their parallel loops for them (default: this machine's; "
@@ -188,7 +193,8 @@ def main(debug: bool) -> None:
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
           cores: int | None, cache: str | None, scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool,
-          disable_rules: str | None, cuda_pipeline: bool | None) -> None:
+          disable_rules: str | None, cuda_pipeline: bool | None, batch: str | None = None,
+          max_batch: int | None = None) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     missing = missing_compiler_modules(model)
     if missing:
@@ -196,6 +202,7 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
               f"install it with: pip install 'tlmpack[compiler]'")
     from .build import BuildOptions
     from .build import build as build_artifact
+    from .frontend.batch import parse_batches
     from .specs import parse_input_shapes
 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
@@ -204,7 +211,8 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
                            fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights),
                            cuda_pipeline=cuda_pipeline, cores=cores, cache_kib=_parse_cache(cache),
                            disabled_rules=None if disable_rules is None else
-                           tuple(r.strip() for r in disable_rules.split(",") if r.strip()))
+                           tuple(r.strip() for r in disable_rules.split(",") if r.strip()),
+                           batches=parse_batches(batch, max_batch))
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
 
 

@@ -55,7 +55,9 @@ def _tensor(tid: int, name: str, storage: str, dtype: str, shape, offset: int) -
 
 
 def render_cuda_plan(graph: Graph, kernels: CudaKernels, target: CudaTarget, inputs: list[TensorSpec],
-                     outputs: list[TensorSpec], model_name: str, version: str) -> CudaPlan:
+                     outputs: list[TensorSpec], model_name: str, version: str,
+                     plan_symbol: str = "tlmrt_cuda_plan_v1") -> CudaPlan:
+    """The CUDA plan as C data; a dynamic-batch plan.so holds one per batch size, each under its own symbol."""
     tensors = [_tensor(t.id, t.name, t.storage, t.dtype, t.shape, t.offset) for t in graph.tensors]
 
     # Workspaces: one tensor per (task, intermediate), all tasks sharing one region after the arena.
@@ -96,7 +98,7 @@ def render_cuda_plan(graph: Graph, kernels: CudaKernels, target: CudaTarget, inp
 
     images = sorted(kernels.images, key=lambda im: (im[1] != "cubin", im[2], im[0]))  # cubins first
     source = _environment().get_template("cuda_plan.c.j2").render(
-        tlmpack_version=version,
+        tlmpack_version=version, plan_symbol=plan_symbol,
         model_name=c_string(model_name),
         tensors=tensors,
         launches=launches,
