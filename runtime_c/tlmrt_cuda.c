@@ -729,8 +729,9 @@ static tlmrt_status cuda_prepare(cuda_model* m, const uint8_t* image, const tlmr
   return TLMRT_OK;
 }
 
-static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void** out_state,
-                              tlmrt_plan_tables* tables, char* err, size_t cap) {
+static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, const char* plan_symbol,
+                              void** out_state, tlmrt_plan_tables* tables, char* err, size_t cap) {
+  if (plan_symbol == NULL) plan_symbol = TLMRT_CUDA_PLAN_SYMBOL;
   *out_state = NULL;
   cuda_model* m = (cuda_model*)calloc(1, sizeof(cuda_model));
   if (m == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
@@ -752,7 +753,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void**
     if (s != TLMRT_OK) goto fail;
   }
   void* sym = NULL;
-  s = tlmrt_open_library(dir, PLAN_FILE, TLMRT_CUDA_PLAN_SYMBOL, &m->dl_handle, &sym, err, cap);
+  s = tlmrt_open_library(dir, PLAN_FILE, plan_symbol, &m->dl_handle, &sym, err, cap);
   if (s != TLMRT_OK) goto fail;
   tlmrt_cuda_plan_get_fn get_plan;
   memcpy(&get_plan, &sym, sizeof(get_plan));
@@ -760,7 +761,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void**
   m->plan = plan;
   if (plan == NULL) {
     s = tlmrt_errorf(err, cap, TLMRT_ERR_ARTIFACT,
-                     PLAN_FILE ": " TLMRT_CUDA_PLAN_SYMBOL "() expected to return a plan, returned NULL");
+                     PLAN_FILE ": %s() expected to return a plan, returned NULL", plan_symbol);
     goto fail;
   }
   if (plan->abi_version != TLMRT_PLAN_ABI_VERSION) {
