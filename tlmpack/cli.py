@@ -284,6 +284,7 @@ def _describe(manifest: dict) -> list[str]:
     out.append(f"  arena {float(mem.get('arena_bytes', 0)) / 2**20:.2f} MiB (unplanned "
                f"{float(mem.get('unplanned_bytes', 0)) / 2**20:.2f} MiB), "
                f"weights {float(mem.get('weights_bytes', 0)) / 2**20:.2f} MiB")
+    out += _describe_batch_plans(manifest.get("batch_plans") or [])
     subgraphs = manifest.get("subgraphs") or []
     out.append(f"  {len(subgraphs)} subgraphs:")
     for sg in subgraphs:
@@ -293,6 +294,33 @@ def _describe(manifest: dict) -> list[str]:
             )
             out.append(f"    {p(sg['id']):44} x{p(sg['calls']):<3} {p(s['target']):4} {p(s['chosen_by']):10} "
                        f"sketch {p(s['sketch']):2}  {p(decisions)}")
+    return out
+
+
+def _describe_batch_plans(plans: list) -> list[str]:
+    """inspect's lines for a dynamic-batch artifact: each plan, and how each batch in between runs."""
+    from .runtime.batching import COST_UNIT, cover
+
+    out = []
+    for plan in plans:
+        parts = []
+        for target in ("cuda", "x86"):
+            if isinstance(plan.get(target), dict):
+                t = plan[target]
+                steps = t.get("launches", t.get("kernel_calls", "?"))
+                word = "launches" if "launches" in t else "kernel calls"
+                parts.append(f"{target} {_printable(steps)} {word}, arena {float(t.get('arena_bytes', 0)) / 2**20:.2f} MiB")
+        costs = ", ".join(f"{_printable(k)} {float(v) / COST_UNIT:g}" for k, v in sorted((plan.get("cost") or {}).items()))
+        out.append(f"  batch plan {_printable(plan.get('batch')):>4}: {'; '.join(parts)} (estimated cost {costs})")
+    if plans:
+        for target in sorted({k for p in plans for k in (p.get("cost") or {})}):
+            costs = {int(p["batch"]): int(p["cost"][target]) for p in plans}
+            largest = max(costs)
+            between = [b for b in range(1, min(largest, 32) + 1) if b not in costs]
+            runs = [f"{b}→{'+'.join(map(str, cover(b, costs)))}" for b in between]
+            if runs:
+                out.append(f"  {_printable(target)} runs other batches as: {' '.join(runs)}"
+                           + (" …" if largest > 32 else ""))
     return out
 
 

@@ -155,10 +155,10 @@ class _CPlan(ctypes.Structure):
 
 
 
-def read_cuda_plan(plan_so: Path) -> dict:
-    """Loads cuda/plan.so and copies its table into plain Python data."""
+def read_cuda_plan(plan_so: Path, symbol: str = "tlmrt_cuda_plan_v1") -> dict:
+    """Loads cuda/plan.so and copies its table (the plan under ``symbol``: a batch plan's) into plain Python data."""
     lib = ctypes.CDLL(str(plan_so))
-    get = lib.tlmrt_cuda_plan_v1
+    get = getattr(lib, symbol)
     get.restype = ctypes.POINTER(_CPlan)
     p = get().contents
 
