@@ -137,6 +137,16 @@ def test_inspect_lists_the_batch_plans_and_how_other_batches_run(dynamic):
     assert "7→4+4" in result.output and "3→4" in result.output
 
 
+def test_cli_run_with_random_inputs_feeds_the_largest_plan(dynamic):
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+
+    result = CliRunner().invoke(main, ["run", str(dynamic[1]), "--random-inputs", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "y float32 (16, 10)" in result.output
+
+
 def test_cover_follows_the_cost_model():
     from tlmpack.runtime.batching import cover, plan_costs
 

@@ -366,7 +366,8 @@ def _random_feed(model, feed: dict) -> dict:
 
     rng = np.random.default_rng(0)
     out = dict(feed)
-    for spec in model.inputs:
+    largest = model.batch_plans[-1] if model.batch_plans else 0  # a dynamic batch: its largest plan
+    for spec in (s.with_batch(largest) for s in model.inputs):
         if spec.name in out:
             continue
         kind = np.dtype(spec.dtype).kind
