@@ -2,7 +2,8 @@
 """Dynamic batch vs exact-batch artifacts, side by side.
 
     python bench/dynamic_batch.py [build|run|all] [--dir DIR] [--models cnn,encoder] [--targets x86]
-                                  [--device cpu] [--threads T] [--runs N] [--no-append] [--report FILE]
+                                  [--device cpu] [--threads T] [--runs N] [--calibrate] [--no-append]
+                                  [--report FILE]
 
 build (here: needs the compiler and torch): writes two small models with seeded random weights and a
 symbolic batch (``cnn``: a ResNet-ish CNN on 3x32x32; ``encoder``: a BERT-ish 2-layer encoder over 32
@@ -12,8 +13,10 @@ exact-batch artifacts ``DIR/<model>.b<N>.<target>.tar`` for N in 1, 3, 4, 7, 16 
 run (needs numpy, onnxruntime and tlmpack's runtime only: no TVM, so it runs on the GPU machine from
 prebuilt artifacts): loads every artifact of the target on ``--device``, checks every batch against
 onnxruntime (relative L2), and times batches 1, 3, 4, 7, 16 on the dynamic and the exact artifact in
-rounds that alternate which goes first (median of ``--runs`` warm runs per round, median of rounds).
-The table shows both, their ratio, and the in-between batches against the next listed plan (the
+rotation, run by run, with the exact artifact of the next listed plan for in-between batches (the
+median of ``--runs`` warm runs of each), so every ratio in a row is paired.
+``--calibrate`` has the runtime cover batches by measured plan times instead of the build's
+estimates (Model.calibrate_batch_plans). The table shows both, their ratio, and the in-between batches against the next listed plan (the
 acceptance target: within 1.3x of it). It is printed, and appended to BENCHMARKS.md (``--no-append``
 to skip) or written to ``--report FILE``.
 
@@ -143,15 +146,21 @@ def _inputs(name: str, batch: int):
     return {"ids": rng.integers(0, 1000, (batch, 32)).astype(np.int64)}
 
 
-def _median_ms(model, feed: dict, runs: int, warmup: int) -> float:
+def _interleaved_ms(jobs: list, runs: int, warmup: int) -> list[float]:
+    """Median ms of each (model, feed) job, timed run by run in rotation (abc, bca, cab, ...), so the
+    drift of a shared machine hits every job alike and ratios within one call are paired."""
     for _ in range(warmup):
-        model.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        model.run(None, feed)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        for model, feed in jobs:
+            model.run(None, feed)
+    times: list[list[float]] = [[] for _ in jobs]
+    for i in range(runs):
+        for k in range(len(jobs)):
+            j = (i + k) % len(jobs)
+            model, feed = jobs[j]
+            t0 = time.perf_counter()
+            model.run(None, feed)
+            times[j].append(time.perf_counter() - t0)
+    return [statistics.median(t) * 1e3 for t in times]
 
 
 def run(args) -> list[str]:
@@ -172,7 +181,9 @@ def run(args) -> list[str]:
         session = ort.InferenceSession(str(directory / f"{name}.onnx"), providers=["CPUExecutionProvider"])
         from tlmpack.runtime.batching import cover
 
-        costs = {int(p["batch"]): int(p["cost"][target]) for p in dyn.manifest["batch_plans"]}
+        if args.calibrate:
+            print(f"{name}: measured plan costs (ns) {dyn.calibrate_batch_plans(runs=5)}", flush=True)
+        costs = dict(dyn.batch_costs)
         results = {}
         for b in BATCHES:
             feed = _inputs(name, b)
@@ -180,16 +191,14 @@ def run(args) -> list[str]:
             got = dyn.run(None, feed)[0]
             assert np.isfinite(ref).all() and np.abs(ref).max() > 0, "reference is all zeros or not finite"
             err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-            rounds: dict[str, list[float]] = {"exact": [], "dyn": []}
-            for r in range(args.rounds):
-                order = [("exact", exact[b]), ("dyn", dyn)] if r % 2 == 0 else [("dyn", dyn), ("exact", exact[b])]
-                for key, model in order:
-                    rounds[key].append(_median_ms(model, feed, args.runs, args.warmup))
-            results[b] = (statistics.median(rounds["exact"]), statistics.median(rounds["dyn"]), err)
-        for b in BATCHES:
-            ex, dy, err = results[b]
             nxt = min(p for p in PLANS if p >= b)
-            vs_next = f"{dy / results[nxt][0]:.2f}x of exact {nxt}" if nxt != b else ""
+            jobs = [(exact[b], feed), (dyn, feed)] + ([(exact[nxt], _inputs(name, nxt))] if nxt != b else [])
+            results[b] = (*_interleaved_ms(jobs, args.runs, args.warmup), err)
+        for b in BATCHES:
+            ex, dy, *rest = results[b]
+            err = rest[-1]
+            nxt = min(p for p in PLANS if p >= b)
+            vs_next = f"{dy / rest[0]:.2f}x of exact {nxt} ({rest[0]:.3f} ms)" if nxt != b else ""
             lines.append(f"| {name} | {b} | {ex:.3f} | {dy:.3f} | {dy / ex:.2f} | {'+'.join(map(str, cover(b, costs)))} "
                          f"| {vs_next} | {err:.1e} |")
         print(f"{name}: {dyn.device_name}", flush=True)
@@ -219,9 +228,10 @@ def main() -> None:
     parser.add_argument("--targets", default="x86", help="build: targets to build; run: the first is timed")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calibrate", action="store_true",
+                        help="cover batches by measured plan times (Model.calibrate_batch_plans), not the build's estimates")
     parser.add_argument("--no-append", action="store_true")
     parser.add_argument("--report", default=None, help="write the table here instead of BENCHMARKS.md")
     args = parser.parse_args()
@@ -235,8 +245,8 @@ def main() -> None:
     header = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} — dynamic batch vs exact-batch artifacts "
               f"({args.device}, issue 13 item 4)", "",
               f"Machine: {_machine()}. Command: `python bench/dynamic_batch.py "
-              f"{shlex.join(sys.argv[1:])}`. Plans {','.join(map(str, PLANS))}; median of {args.rounds} rounds "
-              f"of {args.runs} warm runs.", ""]
+              f"{shlex.join(sys.argv[1:])}`. Batches covered by {'measured plan times' if args.calibrate else 'the build estimates'}. Plans {','.join(map(str, PLANS))}; median of {args.runs} warm runs "
+              f"each; a row's artifacts run in rotation, run by run, so its ratios are paired.", ""]
     text = "\n".join(header + lines) + "\n"
     print(text)
     if args.report:

@@ -176,6 +176,11 @@ const char* tlmrt_model_last_error(const tlmrt_model* m);
 int32_t tlmrt_model_num_batch_plans(const tlmrt_model* m);
 int64_t tlmrt_model_batch_plan(const tlmrt_model* m, int32_t index);
 
+/* Replaces the cost of one run of each plan (num_plans of them, in plan order; any positive unit, e.g.
+ * measured nanoseconds) that decides how other batches are covered; the artifact's batch_plans file has
+ * estimates from the plan sizes. Not while runs are in flight on the model. */
+tlmrt_status tlmrt_model_set_batch_costs(tlmrt_model* m, int32_t num_plans, const int64_t* costs);
+
 /* Runs once like tlmrt_model_run_io, with input i's shape given in input_shapes[i] (input_info(i).ndim
  * entries): for a dynamic-batch model, axis 0 of every input is the batch of this run (all equal, in
  * 1..the largest plan) and the other axes must equal the model's; buffers hold exactly that many

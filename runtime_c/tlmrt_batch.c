@@ -107,15 +107,17 @@ done:
   return s;
 }
 
-/* first[n] for n in 1..max: least total cost, then fewest runs, then the larger plan (as batching.py). */
+/* first[n] for n in 1..max: least total cost, then fewest runs, then the larger plan (as batching.py).
+ * Replaces b->first only when the new table is complete. */
 static tlmrt_status plan_cover(tlmrt_batch* b, char* err, size_t cap) {
   int64_t max = b->sizes[b->count - 1];
   int64_t* cost = (int64_t*)calloc((size_t)max + 1u, sizeof(int64_t));
   int32_t* runs = (int32_t*)calloc((size_t)max + 1u, sizeof(int32_t));
-  b->first = (int32_t*)calloc((size_t)max + 1u, sizeof(int32_t));
-  if (cost == NULL || runs == NULL || b->first == NULL) {
+  int32_t* first = (int32_t*)calloc((size_t)max + 1u, sizeof(int32_t));
+  if (cost == NULL || runs == NULL || first == NULL) {
     free(cost);
     free(runs);
+    free(first);
     return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   }
   for (int64_t n = 1; n <= max; ++n) {
@@ -130,11 +132,32 @@ static tlmrt_status plan_cover(tlmrt_batch* b, char* err, size_t cap) {
         runs[n] = r;
       }
     }
-    b->first[n] = best;
+    first[n] = best;
   }
   free(cost);
   free(runs);
+  free(b->first);
+  b->first = first;
   return TLMRT_OK;
+}
+
+tlmrt_status tlmrt_batch_set_costs(tlmrt_batch* b, int32_t num_plans, const int64_t* costs, char* err, size_t cap) {
+  if (num_plans != b->count || costs == NULL) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT, "costs: expected %d costs (one per batch plan), found %d%s",
+                        b->count, num_plans, costs == NULL ? " and NULL" : "");
+  }
+  for (int32_t i = 0; i < num_plans; ++i) {
+    if (costs[i] < 1 || costs[i] > (1LL << 50)) {
+      return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT,
+                          "costs[%d] (batch %" PRId64 "): expected 1..2^50, found %" PRId64, i, b->sizes[i], costs[i]);
+    }
+  }
+  int64_t saved[MAX_PLANS];
+  memcpy(saved, b->costs, sizeof(saved));
+  memcpy(b->costs, costs, (size_t)num_plans * sizeof(int64_t));
+  tlmrt_status s = plan_cover(b, err, cap);
+  if (s != TLMRT_OK) memcpy(b->costs, saved, sizeof(saved));
+  return s;
 }
 
 static tlmrt_status check_plans(tlmrt_batch* b, char* err, size_t cap) {

@@ -636,6 +636,15 @@ TLMRT_EXPORT int32_t tlmrt_model_num_batch_plans(const tlmrt_model* m) {
   return m != NULL && m->batch != NULL ? tlmrt_batch_count(m->batch) : 0;
 }
 
+TLMRT_EXPORT tlmrt_status tlmrt_model_set_batch_costs(tlmrt_model* m, int32_t num_plans, const int64_t* costs) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  if (m->batch == NULL) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "batch costs: this model has fixed shapes");
+  }
+  return tlmrt_batch_set_costs(m->batch, num_plans, costs, err, ERR_CAP);
+}
+
 TLMRT_EXPORT int64_t tlmrt_model_batch_plan(const tlmrt_model* m, int32_t index) {
   if (m == NULL || m->batch == NULL || index < 0 || index >= tlmrt_batch_count(m->batch)) return 0;
   return tlmrt_batch_size(m->batch, index);

@@ -221,6 +221,8 @@ tlmrt_model* tlmrt_batch_model(const tlmrt_batch* b, int32_t index);
 /* Bytes of one sample of input (output = 0) or output (output = 1) `index`. */
 uint64_t tlmrt_batch_sample_nbytes(const tlmrt_batch* b, int output, int32_t index);
 const char* tlmrt_batch_describe(tlmrt_batch* b);
+/* Replaces the plans' costs (one per plan, ascending batch order) and remakes the cover table. */
+tlmrt_status tlmrt_batch_set_costs(tlmrt_batch* b, int32_t num_plans, const int64_t* costs, char* err, size_t err_cap);
 /* Runs `batch` samples (buffers already checked by the core: batch * sample bytes each), over the
  * plans the cost table chose for it. */
 tlmrt_status tlmrt_batch_run(tlmrt_batch* b, int64_t batch, const tlmrt_io* inputs, const tlmrt_io* outputs,

@@ -147,6 +147,21 @@ def test_cli_run_with_random_inputs_feeds_the_largest_plan(dynamic):
     assert "y float32 (16, 10)" in result.output
 
 
+def test_measured_costs_replace_the_estimates_and_keep_outputs_right(dynamic, model):
+    from tlmpack.runtime import _capi
+
+    costs = model.calibrate_batch_plans(runs=1)
+    assert sorted(costs) == list(BATCHES) and min(costs.values()) > 0 and model.batch_costs == costs
+    model._set_batch_costs({1: 1000, 4: 1000, 16: 1000})  # every batch now runs padded to 16 or exact
+    x = np.random.default_rng(5).standard_normal((5, 3, 8, 8)).astype(np.float32)
+    ref = _reference(dynamic[0], x)
+    assert np.linalg.norm(model.run(None, {"x": x})[0] - ref) / np.linalg.norm(ref) < 1e-4
+    values = (ctypes.c_int64 * 2)(1, 2)
+    assert model._lib.lib.tlmrt_model_set_batch_costs(model._handle, 2, values) == _capi.ERR_INVALID_ARGUMENT
+    assert "expected 3 costs (one per batch plan), found 2" in model._lib.last_error(model._handle)
+    model._set_batch_costs(model._estimated_costs)
+
+
 def test_cover_follows_the_cost_model():
     from tlmpack.runtime.batching import cover, plan_costs
 

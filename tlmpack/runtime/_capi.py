@@ -203,8 +203,10 @@ class Library:
             self._sig(lib, "tlmrt_model_get_profile_step", c_status, [pm, ctypes.c_int32, ctypes.POINTER(ProfileStep)])
         # API version 5 (dynamic batch); absent from runtimes packaged before it.
         self.has_batch = all(hasattr(lib, n) for n in (
-            "tlmrt_model_num_batch_plans", "tlmrt_model_batch_plan", "tlmrt_model_run_shaped"))
+            "tlmrt_model_num_batch_plans", "tlmrt_model_batch_plan", "tlmrt_model_run_shaped",
+            "tlmrt_model_set_batch_costs"))
         if self.has_batch:
+            self._sig(lib, "tlmrt_model_set_batch_costs", c_status, [pm, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)])
             self._sig(lib, "tlmrt_model_num_batch_plans", ctypes.c_int32, [pm])
             self._sig(lib, "tlmrt_model_batch_plan", ctypes.c_int64, [pm, ctypes.c_int32])
             self._sig(lib, "tlmrt_model_run_shaped", c_status,

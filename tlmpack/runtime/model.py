@@ -123,6 +123,11 @@ class Model:
         self.outputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "outputs")]
         # Dynamic batch: the plans' batch sizes, ascending (manifest "batch_plans"); [] for fixed shapes.
         self.batch_plans: list[int] = sorted(p["batch"] for p in manifest.get("batch_plans", []))
+        # the cost of one run of each plan that decides how other batches run (runtime/batching.py):
+        # the build's estimates, until calibrate_batch_plans() measures them
+        self.batch_costs: dict[int, int] = {int(p["batch"]): int(p.get("cost", {}).get(target["kind"], 0))
+                                            for p in manifest.get("batch_plans", [])}
+        self._estimated_costs = dict(self.batch_costs)
         self._input_index = {s.name: i for i, s in enumerate(self.inputs)}
         self._output_index = {s.name: i for i, s in enumerate(self.outputs)}
         self._lock = threading.Lock()
@@ -263,6 +268,36 @@ class Model:
             self._raise_for(status)
         del views  # the producers' capsules stay alive until here
         return [outs[i] for i in wanted]
+
+    def calibrate_batch_plans(self, runs: int = 5) -> dict[int, int]:
+        """Measures each batch plan and has the C runtime cover other batches by those times instead of
+        the build's estimates from the plan sizes. Plans run on zeros, one run of each in turn (after a
+        warm-up), ``runs`` times; a plan's cost is its fastest run, since a busy machine only adds time.
+        Returns the costs (nanoseconds per run of each plan). Where a small plan is no cheaper than a
+        large one (a launch-bound model, a poorly scheduled size), this turns splits into padding."""
+        import time
+
+        if not self.batch_plans:
+            raise InputError("calibrate_batch_plans: this model has fixed shapes (no batch plans)")
+        self._set_batch_costs(self._estimated_costs)  # under the estimates, batch b runs plan b alone
+        feeds = {b: {s.name: np.zeros(s.with_batch(b).shape, s.dtype) for s in self.inputs} for b in self.batch_plans}
+        for feed in feeds.values():
+            self.run(None, feed)
+        best = dict.fromkeys(self.batch_plans, 2**62)
+        for _ in range(max(1, runs)):
+            for b, feed in feeds.items():
+                t0 = time.perf_counter_ns()
+                self.run(None, feed)
+                best[b] = min(best[b], max(1, time.perf_counter_ns() - t0))
+        self._set_batch_costs(best)
+        return best
+
+    def _set_batch_costs(self, costs: dict[int, int]) -> None:
+        values = (ctypes.c_int64 * len(costs))(*(costs[b] for b in self.batch_plans))
+        with self._lock:
+            self._check_open()
+            self._raise_for(self._lib.lib.tlmrt_model_set_batch_costs(self._handle, len(costs), values))
+        self.batch_costs = dict(costs)
 
     def _for_batch(self, batch: int) -> tuple:
         """The concrete specs and C size arrays of a run of ``batch`` samples (0: fixed shapes)."""
