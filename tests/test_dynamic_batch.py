@@ -250,6 +250,17 @@ def test_batch_on_a_fixed_batch_model_is_refused_with_the_shape(tmp_path):
         build(str(onnx_path), tmp_path / "x.tar", BuildOptions(batches=(1, 4)))
 
 
+def test_cli_batch_on_a_fixed_batch_model_is_a_one_line_error(tmp_path):
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+
+    onnx_path = tiny_cnn(tmp_path / "fixed.onnx", batch_dim=1)
+    result = CliRunner().invoke(main, ["build", str(onnx_path), "--max-batch", "4", "-o", str(tmp_path / "x.tar")])
+    assert result.exit_code == 2
+    assert "fixed batch dimension 1" in result.output and "Traceback" not in result.output
+
+
 def test_batch_options_parse():
     from tlmpack.errors import InputShapeError
     from tlmpack.frontend.batch import parse_batches
