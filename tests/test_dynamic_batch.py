@@ -224,6 +224,24 @@ def test_c_api_run_of_an_older_caller_takes_the_batch_from_the_buffer_sizes(dyna
         lib.lib.tlmrt_model_close(handle)
 
 
+def test_c_driver_runs_every_batch_and_concurrent_batches(dynamic, tmp_path):
+    """tests/c/batch_model.c over the artifact: every batch against one-sample runs, under the artifact's
+    costs and under costs that pad everything, and 8 threads of different batches at once."""
+    import os
+    import subprocess
+
+    from tlmpack.runtime._capi import PACKAGE_LIB
+
+    repo = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "batch_model"
+    subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror",
+                    f"-I{repo / 'runtime_c'}", str(repo / "tests" / "c" / "batch_model.c"), "-o", str(exe),
+                    f"-L{PACKAGE_LIB.parent}", "-ltlmrt", f"-Wl,-rpath,{PACKAGE_LIB.parent}", "-lpthread"], check=True)
+    proc = subprocess.run([str(exe), str(dynamic[2])], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ALL_OK"), proc.stdout + proc.stderr
+    assert "REFUSED: input 0 (x): expected shape (batch, 3, 8, 8) with batch in 1..16, found (17, 3, 8, 8)" in proc.stdout
+
+
 def test_a_fixed_shape_build_stays_format_version_2_without_batch_plans(tmp_path):
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
