@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 4
+#define TLMRT_API_VERSION 5
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -156,6 +156,38 @@ tlmrt_status tlmrt_dlpack_alloc_cuda(int32_t device_id, uint8_t dtype_code, uint
  * Kept per thread, so runs on one model from many threads each read their own. Valid until that
  * thread's next call on a model. */
 const char* tlmrt_model_last_error(const tlmrt_model* m);
+
+/* ---- dynamic batch (since API version 5) -------------------------------------------------------
+ *
+ * An artifact built with `tlmpack build --batch 1,4,16` has a plan per batch size and runs any batch
+ * from 1 to the largest: the exact plan, else several runs of smaller plans over slices of the
+ * caller's buffers, or a run of a larger plan padded with zeros, whichever the artifact's cost table
+ * (batch_plans) says is cheaper. Axis 0 of every input and output is the batch: input_info and
+ * output_info report shape[0] = -1 and nbytes = the bytes of one sample. tlmrt_model_run and
+ * tlmrt_model_run_io take the batch from input 0's size (every buffer must hold that many samples);
+ * tlmrt_model_run_shaped takes it from the caller's shapes. A padded run takes host buffers only,
+ * and padded runs of one model run one at a time; output_buffer is refused (outputs never stay in an
+ * arena). Profiling sums the plans' runs; its steps are not listed (num_steps 0). Each plan is a
+ * model of its own inside (an arena, a thread pool, and on CUDA a device copy of the weights and a
+ * CUDA graph each); the files on disk are shared. */
+
+/* The number of batch plans (0 for a model of fixed shapes), and the batch of plan index (ascending;
+ * 0 for an index out of range). */
+int32_t tlmrt_model_num_batch_plans(const tlmrt_model* m);
+int64_t tlmrt_model_batch_plan(const tlmrt_model* m, int32_t index);
+
+/* Replaces the cost of one run of each plan (num_plans of them, in plan order; any positive unit, e.g.
+ * measured nanoseconds) that decides how other batches are covered; the artifact's batch_plans file has
+ * estimates from the plan sizes. Not while runs are in flight on the model. */
+tlmrt_status tlmrt_model_set_batch_costs(tlmrt_model* m, int32_t num_plans, const int64_t* costs);
+
+/* Runs once like tlmrt_model_run_io, with input i's shape given in input_shapes[i] (input_info(i).ndim
+ * entries): for a dynamic-batch model, axis 0 of every input is the batch of this run (all equal, in
+ * 1..the largest plan) and the other axes must equal the model's; buffers hold exactly that many
+ * samples. For a model of fixed shapes every axis must equal the model's. Outputs may not be left in
+ * the arena (data NULL) on a dynamic-batch model. */
+tlmrt_status tlmrt_model_run_shaped(tlmrt_model* m, const int64_t* const* input_shapes, const tlmrt_io* inputs,
+                                    const tlmrt_io* outputs);
 
 /* ---- profiling (since API version 4) ------------------------------------------------------------
  *

@@ -56,6 +56,7 @@ struct tlmrt_model {
   _Atomic uint64_t prof_runs;
   _Atomic uint64_t prof_run_ns;
   tlmrt_step_counter* prof_steps;  /* num_steps, then the I/O copies, then the pool's waits */
+  tlmrt_batch* batch;        /* a dynamic-batch model: its plans, each a model (state is then NULL); else NULL */
 };
 
 static _Atomic uint64_t g_next_model_id = 1;
@@ -484,6 +485,7 @@ static void ctx_release(exec_ctx* c) { atomic_store_explicit(&c->busy, 0u, memor
 
 TLMRT_EXPORT void tlmrt_model_close(tlmrt_model* m) {
   if (m == NULL) return;
+  tlmrt_batch_close(m->batch);
   for (int32_t i = 0; i < MAX_CONTEXTS; ++i) {
     ctx_destroy(m, atomic_load_explicit(&m->ctxs[i], memory_order_acquire));
   }
@@ -551,6 +553,32 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
   tlmrt_options o;
   tlmrt_status s = read_options(opts, &o, err, cap);
   if (s != TLMRT_OK) return s;
+  tlmrt_batch* batch = NULL;
+  s = tlmrt_batch_open(dir, &o, &batch, err, cap);
+  if (s != TLMRT_OK || batch == NULL) return s == TLMRT_OK ? tlmrt_open_plan_model(dir, &o, NULL, out, err, cap) : s;
+  tlmrt_model* m = (tlmrt_model*)calloc(1, sizeof(tlmrt_model));
+  if (m == NULL) {
+    tlmrt_batch_close(batch);
+    return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  tlmrt_model* top = tlmrt_batch_largest(batch);
+  m->batch = batch;
+  m->backend = top->backend;
+  m->tables = top->tables;
+  m->device_id = top->device_id;
+  m->max_contexts = top->max_contexts;
+  m->id = atomic_fetch_add(&g_next_model_id, 1u);
+  for (int32_t i = 0; i < MAX_CONTEXTS; ++i) atomic_init(&m->ctxs[i], NULL);
+  atomic_init(&m->profiling, 0);
+  *out = m;
+  return TLMRT_OK;
+}
+
+tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, const char* plan_symbol,
+                                   tlmrt_model** out, char* err, size_t cap) {
+  const tlmrt_options o = *opts;
+  tlmrt_status s = TLMRT_OK;
+  *out = NULL;
   tlmrt_model* m = (tlmrt_model*)calloc(1, sizeof(tlmrt_model));
   if (m == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   m->backend = o.device_type == TLMRT_DEVICE_CUDA ? &tlmrt_backend_cuda : &tlmrt_backend_cpu;
@@ -563,7 +591,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
   atomic_init(&m->profiling, 0);
   atomic_init(&m->prof_runs, 0u);
   atomic_init(&m->prof_run_ns, 0u);
-  s = m->backend->open(dir, &o, &m->state, &m->tables, err, cap);
+  s = m->backend->open(dir, &o, plan_symbol, &m->state, &m->tables, err, cap);
   if (s == TLMRT_OK) {
     m->num_steps = m->backend->num_steps(m->state);
     m->prof_steps = (tlmrt_step_counter*)calloc((size_t)m->num_steps + 2u, sizeof(tlmrt_step_counter));
@@ -595,10 +623,32 @@ TLMRT_EXPORT const char* tlmrt_model_last_error(const tlmrt_model* m) {
 }
 
 TLMRT_EXPORT const char* tlmrt_model_device_name(const tlmrt_model* m) {
+  if (m != NULL && m->batch != NULL) return tlmrt_batch_describe(m->batch);
   return m ? m->backend->describe(m->state) : "";
 }
 
-TLMRT_EXPORT void* tlmrt_model_stream(const tlmrt_model* m) { return m ? m->backend->stream(m->state) : NULL; }
+TLMRT_EXPORT void* tlmrt_model_stream(const tlmrt_model* m) {
+  if (m != NULL && m->batch != NULL) return tlmrt_model_stream(tlmrt_batch_largest(m->batch));
+  return m ? m->backend->stream(m->state) : NULL;
+}
+
+TLMRT_EXPORT int32_t tlmrt_model_num_batch_plans(const tlmrt_model* m) {
+  return m != NULL && m->batch != NULL ? tlmrt_batch_count(m->batch) : 0;
+}
+
+TLMRT_EXPORT tlmrt_status tlmrt_model_set_batch_costs(tlmrt_model* m, int32_t num_plans, const int64_t* costs) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  if (m->batch == NULL) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "batch costs: this model has fixed shapes");
+  }
+  return tlmrt_batch_set_costs(m->batch, num_plans, costs, err, ERR_CAP);
+}
+
+TLMRT_EXPORT int64_t tlmrt_model_batch_plan(const tlmrt_model* m, int32_t index) {
+  if (m == NULL || m->batch == NULL || index < 0 || index >= tlmrt_batch_count(m->batch)) return 0;
+  return tlmrt_batch_size(m->batch, index);
+}
 
 static tlmrt_status io_info(tlmrt_model* m, const char* kind, int32_t count, const tlmrt_plan_io* ios,
                             int32_t index, tlmrt_tensor_info* out) {
@@ -619,6 +669,10 @@ static tlmrt_status io_info(tlmrt_model* m, const char* kind, int32_t count, con
   out->ndim = t->ndim;
   for (int32_t d = 0; d < t->ndim; ++d) out->shape[d] = t->shape[d];
   out->nbytes = t->nbytes;
+  if (m->batch != NULL) { /* axis 0 is the batch: symbolic, and nbytes is one sample's */
+    out->shape[0] = -1;
+    out->nbytes = tlmrt_batch_sample_nbytes(m->batch, ios == m->tables.outputs, index);
+  }
   return TLMRT_OK;
 }
 
@@ -643,6 +697,10 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_output_buffer(tlmrt_model* m, int32_t inde
     return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
                         "output index: expected 0..%d, found %d", m->tables.num_outputs - 1, index);
   }
+  if (m->batch != NULL) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
+                        "output buffer: a dynamic-batch model's outputs do not stay in an arena; give output buffers");
+  }
   int32_t k = tls_record.run_model == m->id ? tls_record.run_ctx : 0;
   exec_ctx* c = atomic_load_explicit(&m->ctxs[k], memory_order_acquire);
   memset(out, 0, sizeof(*out));
@@ -656,8 +714,9 @@ static const char* device_word(int32_t device_type) {
   return device_type == TLMRT_DEVICE_CUDA ? "cuda" : device_type == TLMRT_DEVICE_CPU ? "cpu" : "unknown";
 }
 
+/* batch: for a dynamic-batch model, the run's batch (each buffer holds that many samples); else 0. */
 static tlmrt_status check_io(tlmrt_model* m, char* err, const char* kind, int32_t count, const tlmrt_plan_io* ios,
-                             const tlmrt_io* bufs, int allow_skip) {
+                             const tlmrt_io* bufs, int allow_skip, int64_t batch) {
   size_t cap = ERR_CAP;
   if (count > 0 && bufs == NULL) {
     return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT, "%ss: expected %d buffers, found NULL", kind, count);
@@ -665,6 +724,10 @@ static tlmrt_status check_io(tlmrt_model* m, char* err, const char* kind, int32_
   for (int32_t i = 0; i < count; ++i) {
     const tlmrt_io* b = &bufs[i];
     uint64_t want = m->tables.tensors[ios[i].tensor].nbytes;
+    if (m->batch != NULL) {
+      allow_skip = 0;
+      want = tlmrt_batch_sample_nbytes(m->batch, ios == m->tables.outputs, i) * (uint64_t)batch;
+    }
     if (allow_skip && b->data == NULL && b->nbytes == 0) continue;  /* stays in the arena */
     if (b->device_type != TLMRT_DEVICE_CPU && b->device_type != TLMRT_DEVICE_CUDA) {
       return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT,
@@ -730,8 +793,8 @@ static tlmrt_status run_model(tlmrt_model* m, int host, const tlmrt_io* inputs, 
     inputs = c->host_inputs;
     outputs = c->host_outputs;
   }
-  if (s == TLMRT_OK) s = check_io(m, err, "input", m->tables.num_inputs, m->tables.inputs, inputs, 0);
-  if (s == TLMRT_OK) s = check_io(m, err, "output", m->tables.num_outputs, m->tables.outputs, outputs, allow_skip);
+  if (s == TLMRT_OK) s = check_io(m, err, "input", m->tables.num_inputs, m->tables.inputs, inputs, 0, 0);
+  if (s == TLMRT_OK) s = check_io(m, err, "output", m->tables.num_outputs, m->tables.outputs, outputs, allow_skip, 0);
   if (s == TLMRT_OK) {
     s = m->backend->run(m->state, c->backend_ctx, inputs, outputs, prof ? m->prof_steps : NULL, err, ERR_CAP);
   }
@@ -745,8 +808,45 @@ static tlmrt_status run_model(tlmrt_model* m, int host, const tlmrt_io* inputs, 
   return s;
 }
 
+/* A dynamic-batch model's run of `batch` samples (0: take it from input 0's size): checks the buffers
+ * against it, then runs the plans that cover it, timing the whole when profiling is on. */
+static tlmrt_status run_batched(tlmrt_model* m, int64_t batch, const tlmrt_io* inputs, const tlmrt_io* outputs) {
+  int prof = atomic_load_explicit(&m->profiling, memory_order_relaxed);
+  uint64_t t0 = prof ? tlmrt_now_ns() : 0;
+  char* err = claim_error(m);
+  if (batch == 0 && m->tables.num_inputs > 0 && inputs != NULL) {
+    uint64_t sample = tlmrt_batch_sample_nbytes(m->batch, 0, 0);
+    if (sample == 0 || inputs[0].nbytes % sample != 0 || inputs[0].nbytes == 0) {
+      return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
+                          "input 0 (%.200s): expected a positive multiple of %" PRIu64 " bytes (one sample), given %"
+                          PRIu64, m->tables.inputs[0].name, sample, inputs[0].nbytes);
+    }
+    batch = (int64_t)(inputs[0].nbytes / sample);
+  }
+  int64_t max = tlmrt_model_batch_plan(m, tlmrt_batch_count(m->batch) - 1);
+  if (batch < 1 || batch > max) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
+                        "batch %" PRId64 " is outside the batch plans' range 1..%" PRId64, batch, max);
+  }
+  tlmrt_status s = check_io(m, err, "input", m->tables.num_inputs, m->tables.inputs, inputs, 0, batch);
+  if (s == TLMRT_OK) s = check_io(m, err, "output", m->tables.num_outputs, m->tables.outputs, outputs, 0, batch);
+  if (s == TLMRT_OK) {
+    char why[TLMRT_ERROR_CAP];  /* the plans' runs claim this thread's error buffer for themselves */
+    why[0] = '\0';
+    s = tlmrt_batch_run(m->batch, batch, inputs, outputs, why, sizeof(why));
+    err = claim_error(m);
+    snprintf(err, ERR_CAP, "%s", why);
+  }
+  if (prof && s == TLMRT_OK) {
+    atomic_fetch_add_explicit(&m->prof_runs, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->prof_run_ns, tlmrt_now_ns() - t0, memory_order_relaxed);
+  }
+  return s;
+}
+
 TLMRT_EXPORT tlmrt_status tlmrt_model_run_io(tlmrt_model* m, const tlmrt_io* inputs, const tlmrt_io* outputs) {
   if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  if (m->batch != NULL) return run_batched(m, 0, inputs, outputs);
   return run_model(m, 0, inputs, outputs, NULL, NULL, NULL, NULL, 1);
 }
 
@@ -754,7 +854,72 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_run(tlmrt_model* m, const void* const* inp
                                           const uint64_t* input_nbytes, void* const* outputs,
                                           const uint64_t* output_nbytes) {
   if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  if (m->batch != NULL) {
+    int32_t n_in = m->tables.num_inputs, n_out = m->tables.num_outputs;
+    tlmrt_io io[n_in + n_out > 0 ? n_in + n_out : 1];
+    char* err = claim_error(m);
+    tlmrt_status s = host_buffers(err, "input", n_in, inputs, input_nbytes, io);
+    if (s == TLMRT_OK) s = host_buffers(err, "output", n_out, (const void* const*)outputs, output_nbytes, io + n_in);
+    return s == TLMRT_OK ? run_batched(m, 0, io, io + n_in) : s;
+  }
   return run_model(m, 1, NULL, NULL, inputs, input_nbytes, outputs, output_nbytes, 0);
+}
+
+/* "(3, 8, 8)", or with the batch symbolic "(batch, 3, 8)", into buf. */
+static void format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim, int symbolic_batch) {
+  size_t used = (size_t)snprintf(buf, cap, "(");
+  for (int32_t d = 0; d < ndim && used < cap; ++d) {
+    if (d == 0 && symbolic_batch) {
+      used += (size_t)snprintf(buf + used, cap - used, "batch");  /* the manifest's name for axis 0 */
+    } else {
+      used += (size_t)snprintf(buf + used, cap - used, "%s%" PRId64, d ? ", " : "", shape[d]);
+    }
+  }
+  if (used < cap) snprintf(buf + used, cap - used, ndim == 1 ? ",)" : ")");
+}
+
+TLMRT_EXPORT tlmrt_status tlmrt_model_run_shaped(tlmrt_model* m, const int64_t* const* input_shapes,
+                                                 const tlmrt_io* inputs, const tlmrt_io* outputs) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  int32_t n = m->tables.num_inputs;
+  if (n > 0 && input_shapes == NULL) {
+    return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "input shapes: expected %d shapes, found NULL", n);
+  }
+  int64_t batch = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const tlmrt_plan_tensor* t = &m->tables.tensors[m->tables.inputs[i].tensor];
+    const int64_t* given = input_shapes[i];
+    if (given == NULL && t->ndim > 0) {
+      return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "input %d (%.200s): expected a shape, found NULL",
+                          i, m->tables.inputs[i].name);
+    }
+    int ok = 1;
+    for (int32_t d = 0; d < t->ndim; ++d) {
+      if (d == 0 && m->batch != NULL) {
+        if (batch == 0) batch = given[0];
+        ok = ok && given[0] == batch && batch >= 1 && batch <= tlmrt_model_batch_plan(m, tlmrt_model_num_batch_plans(m) - 1);
+      } else {
+        ok = ok && given[d] == t->shape[d];
+      }
+    }
+    if (!ok) {
+      char want[256], found[256];
+      format_shape(want, sizeof(want), t->shape, t->ndim, m->batch != NULL);
+      format_shape(found, sizeof(found), given, t->ndim, 0);
+      if (m->batch != NULL) {
+        return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT,
+                            "input %d (%.200s): expected shape %s with batch in 1..%" PRId64 "%s, found %s", i,
+                            m->tables.inputs[i].name, want,
+                            tlmrt_model_batch_plan(m, tlmrt_model_num_batch_plans(m) - 1),
+                            i > 0 ? " and equal to input 0's" : "", found);
+      }
+      return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "input %d (%.200s): expected shape %s, found %s",
+                          i, m->tables.inputs[i].name, want, found);
+    }
+  }
+  if (m->batch != NULL) return run_batched(m, batch, inputs, outputs);
+  return run_model(m, 0, inputs, outputs, NULL, NULL, NULL, NULL, 1);
 }
 
 /* ---- profiling -------------------------------------------------------------------------------- */
@@ -766,6 +931,22 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_set_profiling(tlmrt_model* m, int32_t enab
     return tlmrt_errorf(err, ERR_CAP, TLMRT_ERR_INVALID_ARGUMENT, "enabled: expected 0 or 1, found %d", enabled);
   }
   int was = atomic_load(&m->profiling);
+  for (int32_t p = 0; m->batch != NULL && p < tlmrt_batch_count(m->batch); ++p) {
+    tlmrt_model* plan = tlmrt_batch_model(m->batch, p);
+    tlmrt_status s = tlmrt_model_set_profiling(plan, enabled);
+    if (s != TLMRT_OK) {
+      char why[TLMRT_ERROR_CAP];
+      snprintf(why, sizeof(why), "%s", tlmrt_model_last_error(plan));
+      return tlmrt_errorf(claim_error(m), ERR_CAP, s, "%s", why);
+    }
+  }
+  if (m->batch != NULL) {
+    claim_error(m);
+    atomic_store_explicit(&m->prof_runs, 0u, memory_order_relaxed);
+    atomic_store_explicit(&m->prof_run_ns, 0u, memory_order_relaxed);
+    atomic_store(&m->profiling, enabled);
+    return TLMRT_OK;
+  }
   if (enabled && !was && m->backend->set_profiling != NULL) {
     tlmrt_status s = m->backend->set_profiling(m->state, 1, err, ERR_CAP);
     if (s != TLMRT_OK) return s;
@@ -798,6 +979,18 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile(tlmrt_model* m, tlmrt_profile*
   out->num_steps = m->num_steps;
   out->runs = atomic_load_explicit(&m->prof_runs, memory_order_relaxed);
   out->run_ns = atomic_load_explicit(&m->prof_run_ns, memory_order_relaxed);
+  if (m->batch != NULL) { /* the plans' kernel and copy times, summed; steps are per plan (num_steps 0 here) */
+    for (int32_t p = 0; p < tlmrt_batch_count(m->batch); ++p) {
+      tlmrt_profile plan;
+      tlmrt_model_get_profile(tlmrt_batch_model(m->batch, p), &plan);
+      claim_error(m);
+      out->kernel_ns += plan.kernel_ns;
+      out->io_ns += plan.io_ns;
+      out->pool_launches += plan.pool_launches;
+      out->pool_wait_ns += plan.pool_wait_ns;
+    }
+    return TLMRT_OK;
+  }
   for (int32_t i = 0; i < m->num_steps; ++i) out->kernel_ns += atomic_load_explicit(&m->prof_steps[i].ns, memory_order_relaxed);
   out->io_ns = atomic_load_explicit(&m->prof_steps[m->num_steps].ns, memory_order_relaxed);
   out->pool_launches = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].calls, memory_order_relaxed);

@@ -881,8 +881,9 @@ static void cpu_close(void* state) {
  *   4. build the tables that every run shares (the core then makes the first run's context:
  *      the arena, one DLTensor per plan tensor and one TVMFFIAny array per step);
  *   5. fill the kernel hooks and start the threads. */
-static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** out_state,
+static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, const char* plan_symbol, void** out_state,
                              tlmrt_plan_tables* tables, char* err, size_t err_cap) {
+  if (plan_symbol == NULL) plan_symbol = TLMRT_PLAN_SYMBOL;
   *out_state = NULL;
   cpu_model* m = (cpu_model*)calloc(1, sizeof(cpu_model));
   if (m == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
@@ -904,14 +905,14 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, void** 
     if (s != TLMRT_OK) goto fail;
   }
   void* sym = NULL;
-  s = tlmrt_open_library(dir, MODEL_FILE, TLMRT_PLAN_SYMBOL, &m->dl_handle, &sym, err, err_cap);
+  s = tlmrt_open_library(dir, MODEL_FILE, plan_symbol, &m->dl_handle, &sym, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   tlmrt_plan_get_fn get_plan;
   memcpy(&get_plan, &sym, sizeof(get_plan));
   m->plan = get_plan();
   if (m->plan == NULL) {
     s = tlmrt_errorf(err, err_cap, TLMRT_ERR_ARTIFACT,
-                     MODEL_FILE ": " TLMRT_PLAN_SYMBOL "() expected to return a plan, returned NULL");
+                     MODEL_FILE ": %s() expected to return a plan, returned NULL", plan_symbol);
     goto fail;
   }
   dlerror();

@@ -22,7 +22,10 @@
  *      load the module, look up every launch's function (raising its dynamic shared memory limit
  *      above 48 KiB where asked), allocate ONE device block (arena, then weights), upload
  *      weights.bin once from its mapping (unmapped after the upload), create a non-blocking stream,
- *      and build every launch's kernelParams.
+ *      and build every launch's kernelParams. A model whose weights another open model of the
+ *      process already has on the device (same ordinal, sha256 and size: the batch plans of one
+ *      artifact, or one artifact opened twice) allocates its arena only and reads that copy, which
+ *      lives until the last of its models closes (shared_weights below).
  *
  * Run copies inputs into the arena (host-to-device, or device-to-device for device buffers), runs
  * the launches, copies outputs out, and synchronizes the stream; it allocates nothing. With
@@ -350,8 +353,10 @@ typedef struct {
   CUcontext ctx;                  /* the device's primary context, retained */
   int ctx_retained;
   CUmodule module;
-  CUdeviceptr block;              /* arena, then weights */
+  CUdeviceptr block;              /* arena, then weights (or the arena only, when the weights are shared) */
   uint64_t weights_offset;        /* of the weights inside block */
+  CUdeviceptr weights;            /* the device copy of weights.bin the kernels read */
+  struct shared_weights* shared;  /* the registry entry of that copy, NULL if not registered */
   CUstream stream;
   CUfunction* functions;          /* plan->num_launches */
   cuda_arg_value* values;         /* every launch's argument values, one after another */
@@ -592,6 +597,69 @@ static tlmrt_status check_image_bytes(const tlmrt_cuda_image* im, const uint8_t*
   return TLMRT_OK;
 }
 
+/* Device copies of weights.bin that open models share: one per (device, sha256, size), made by the first
+ * model (its block holds them after its arena) and freed with the block when the last model using
+ * them closes. Entries of another fork count belong to a parent's context and are never matched. */
+typedef struct shared_weights {
+  struct shared_weights* next;
+  int ordinal;
+  uint32_t fork_count;
+  uint64_t size;
+  char sha256[65];
+  CUdeviceptr block;    /* the first model's whole block, freed with the last reference */
+  CUdeviceptr weights;  /* inside block */
+  int refs;
+} shared_weights;
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static shared_weights* g_shared;
+
+/* The registered copy of these weights on this device, with one more reference; NULL if none. */
+static shared_weights* shared_find(int ordinal, const tlmrt_weights* w) {
+  pthread_mutex_lock(&g_shared_lock);
+  shared_weights* e = g_shared;
+  while (e != NULL && !(e->ordinal == ordinal && e->fork_count == tlmrt_fork_count() && e->size == w->size &&
+                        strcmp(e->sha256, w->sha256) == 0)) {
+    e = e->next;
+  }
+  if (e != NULL) e->refs++;
+  pthread_mutex_unlock(&g_shared_lock);
+  return e;
+}
+
+/* Registers m's freshly uploaded weights (best effort: without memory for the entry, m keeps them alone). */
+static void shared_add(cuda_model* m, const tlmrt_weights* w) {
+  shared_weights* e = (shared_weights*)calloc(1, sizeof(shared_weights));
+  if (e == NULL) return;
+  e->ordinal = m->device.ordinal;
+  e->fork_count = tlmrt_fork_count();
+  e->size = w->size;
+  memcpy(e->sha256, w->sha256, sizeof(e->sha256));
+  e->block = m->block;
+  e->weights = m->weights;
+  e->refs = 1;
+  pthread_mutex_lock(&g_shared_lock);
+  e->next = g_shared;
+  g_shared = e;
+  pthread_mutex_unlock(&g_shared_lock);
+  m->shared = e;
+}
+
+/* Drops one reference; the last one frees the block that holds the copy (the context is current). */
+static void shared_release(shared_weights* e) {
+  pthread_mutex_lock(&g_shared_lock);
+  int last = --e->refs == 0;
+  if (last) {
+    shared_weights** link = &g_shared;
+    while (*link != e) link = &(*link)->next;
+    *link = e->next;
+  }
+  pthread_mutex_unlock(&g_shared_lock);
+  if (last) {
+    g_api.MemFree(e->block);
+    free(e);
+  }
+}
+
 static void cuda_close(void* state) {
   cuda_model* m = (cuda_model*)state;
   if (m == NULL) return;
@@ -605,7 +673,8 @@ static void cuda_close(void* state) {
     }
     if (m->graph_exec != NULL) g_api.GraphExecDestroy(m->graph_exec);
     if (m->stream != NULL) g_api.StreamDestroy(m->stream);
-    if (m->block != 0) g_api.MemFree(m->block);
+    if (m->block != 0 && (m->shared == NULL || m->block != m->shared->block)) g_api.MemFree(m->block);
+    if (m->shared != NULL) shared_release(m->shared);
     if (m->module != NULL) g_api.ModuleUnload(m->module);
     CUcontext popped;
     g_api.CtxPopCurrent(&popped);
@@ -678,10 +747,14 @@ static tlmrt_status cuda_prepare(cuda_model* m, const uint8_t* image, const tlmr
     }
   }
 
-  /* One block: the arena (rounded up to 256 bytes), then the weights. */
+  /* One block: the arena (rounded up to 256 bytes), then the weights; the arena alone when another
+   * open model has these weights on this device already. */
+  shared_weights* have = w->size > 0 ? shared_find(m->device.ordinal, w) : NULL;
+  m->shared = have;
   uint64_t arena = (plan->arena_bytes + 255u) & ~(uint64_t)255u;
   uint64_t total;
-  if (arena < plan->arena_bytes || __builtin_add_overflow(arena, w->size, &total) || total > (uint64_t)SIZE_MAX) {
+  if (arena < plan->arena_bytes || __builtin_add_overflow(arena, have ? 0u : w->size, &total) ||
+      total > (uint64_t)SIZE_MAX) {
     return tlmrt_errorf(err, cap, TLMRT_ERR_ARTIFACT, "cuda plan: arena and weights sizes overflow");
   }
   if (total == 0) total = 256;
@@ -689,16 +762,23 @@ static tlmrt_status cuda_prepare(cuda_model* m, const uint8_t* image, const tlmr
   r = g_api.MemAlloc(&m->block, (size_t)total);
   if (r != CUDA_SUCCESS) {
     m->block = 0;
-    snprintf(what, sizeof(what), "allocating %" PRIu64 " bytes on cuda:%d (arena %" PRIu64 " + weights %" PRIu64 ")",
-             total, m->device.ordinal, plan->arena_bytes, w->size);
+    if (have != NULL) {
+      snprintf(what, sizeof(what), "allocating %" PRIu64 " bytes on cuda:%d (arena %" PRIu64 "; weights shared)",
+               total, m->device.ordinal, plan->arena_bytes);
+    } else {
+      snprintf(what, sizeof(what), "allocating %" PRIu64 " bytes on cuda:%d (arena %" PRIu64 " + weights %" PRIu64 ")",
+               total, m->device.ordinal, plan->arena_bytes, w->size);
+    }
     return cu_fail(err, cap, r == CUDA_ERROR_OUT_OF_MEMORY ? TLMRT_ERR_OUT_OF_MEMORY : TLMRT_ERR_INCOMPATIBLE, r,
                    what, NULL);
   }
+  m->weights = have != NULL ? have->weights : m->block + m->weights_offset;
   r = g_api.MemsetD8(m->block, 0, (size_t)arena);
   if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_INCOMPATIBLE, r, "clearing the device arena", NULL);
-  if (w->size > 0) {
-    r = g_api.MemcpyHtoD(m->block + m->weights_offset, w->data, (size_t)w->size);
+  if (w->size > 0 && have == NULL) {
+    r = g_api.MemcpyHtoD(m->weights, w->data, (size_t)w->size);
     if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_INCOMPATIBLE, r, "uploading weights.bin", NULL);
+    shared_add(m, w);
   }
   r = g_api.StreamCreate(&m->stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
@@ -715,7 +795,7 @@ static tlmrt_status cuda_prepare(cuda_model* m, const uint8_t* image, const tlmr
       cuda_arg_value* v = &m->values[next];
       if (arg->kind == TLMRT_CUDA_ARG_TENSOR) {
         const tlmrt_plan_tensor* t = &plan->tensors[arg->tensor];
-        v->ptr = m->block + (t->storage == TLMRT_STORAGE_ARENA ? 0 : m->weights_offset) + t->offset;
+        v->ptr = (t->storage == TLMRT_STORAGE_ARENA ? m->block : m->weights) + t->offset;
         m->params[next] = &v->ptr;
       } else if (arg->kind == TLMRT_CUDA_ARG_INT32) {
         v->i32 = (int32_t)arg->value;
@@ -729,8 +809,9 @@ static tlmrt_status cuda_prepare(cuda_model* m, const uint8_t* image, const tlmr
   return TLMRT_OK;
 }
 
-static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void** out_state,
-                              tlmrt_plan_tables* tables, char* err, size_t cap) {
+static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, const char* plan_symbol,
+                              void** out_state, tlmrt_plan_tables* tables, char* err, size_t cap) {
+  if (plan_symbol == NULL) plan_symbol = TLMRT_CUDA_PLAN_SYMBOL;
   *out_state = NULL;
   cuda_model* m = (cuda_model*)calloc(1, sizeof(cuda_model));
   if (m == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
@@ -752,7 +833,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void**
     if (s != TLMRT_OK) goto fail;
   }
   void* sym = NULL;
-  s = tlmrt_open_library(dir, PLAN_FILE, TLMRT_CUDA_PLAN_SYMBOL, &m->dl_handle, &sym, err, cap);
+  s = tlmrt_open_library(dir, PLAN_FILE, plan_symbol, &m->dl_handle, &sym, err, cap);
   if (s != TLMRT_OK) goto fail;
   tlmrt_cuda_plan_get_fn get_plan;
   memcpy(&get_plan, &sym, sizeof(get_plan));
@@ -760,7 +841,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, void**
   m->plan = plan;
   if (plan == NULL) {
     s = tlmrt_errorf(err, cap, TLMRT_ERR_ARTIFACT,
-                     PLAN_FILE ": " TLMRT_CUDA_PLAN_SYMBOL "() expected to return a plan, returned NULL");
+                     PLAN_FILE ": %s() expected to return a plan, returned NULL", plan_symbol);
     goto fail;
   }
   if (plan->abi_version != TLMRT_PLAN_ABI_VERSION) {

@@ -166,9 +166,10 @@ typedef struct {
   int32_t max_contexts;  /* runs one model can take at once (1: a second concurrent run is BUSY) */
   /* Loads, verifies and validates everything the model needs, so run only copies and launches.
    * Fills *tables (pointing into the plan, valid until close). On failure *out_state is NULL and
-   * nothing is left open. */
-  tlmrt_status (*open)(const char* dir, const tlmrt_options* opts, void** out_state, tlmrt_plan_tables* tables,
-                       char* err, size_t err_cap);
+   * nothing is left open. plan_symbol: the plan library's symbol to take the plan from (a batch
+   * plan's), NULL for the plain one. */
+  tlmrt_status (*open)(const char* dir, const tlmrt_options* opts, const char* plan_symbol, void** out_state,
+                       tlmrt_plan_tables* tables, char* err, size_t err_cap);
   void (*close)(void* state);
   /* What one run in flight needs for itself (the CPU: an arena and its argument tables), made at open
    * for the first run and when runs overlap; the weights and the code stay shared. */
@@ -195,6 +196,37 @@ typedef struct {
 
 extern const tlmrt_backend tlmrt_backend_cpu;
 extern const tlmrt_backend tlmrt_backend_cuda;
+
+/* ---- dynamic batch (tlmrt_batch.c) ------------------------------------------------------------
+ *
+ * An artifact with a batch_plans file has one plan per batch size (each a model of its own inside,
+ * sharing the plan library and weights.bin); a run covers the caller's batch with them. */
+
+#define TLMRT_BATCH_PLANS_FILE "batch_plans"
+typedef struct tlmrt_batch tlmrt_batch;
+
+/* Opens one plan of the artifact as a model: the core's open with the plan library's symbol. */
+tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, const char* plan_symbol,
+                                   tlmrt_model** out, char* err, size_t err_cap);
+/* *out NULL (and TLMRT_OK) when dir has no batch_plans file; else every batch plan, opened and
+ * checked against each other. */
+tlmrt_status tlmrt_batch_open(const char* dir, const tlmrt_options* opts, tlmrt_batch** out, char* err,
+                              size_t err_cap);
+void tlmrt_batch_close(tlmrt_batch* b);
+/* The largest plan's model (its tables name the inputs and outputs). */
+tlmrt_model* tlmrt_batch_largest(const tlmrt_batch* b);
+int32_t tlmrt_batch_count(const tlmrt_batch* b);
+int64_t tlmrt_batch_size(const tlmrt_batch* b, int32_t index);
+tlmrt_model* tlmrt_batch_model(const tlmrt_batch* b, int32_t index);
+/* Bytes of one sample of input (output = 0) or output (output = 1) `index`. */
+uint64_t tlmrt_batch_sample_nbytes(const tlmrt_batch* b, int output, int32_t index);
+const char* tlmrt_batch_describe(tlmrt_batch* b);
+/* Replaces the plans' costs (one per plan, ascending batch order) and remakes the cover table. */
+tlmrt_status tlmrt_batch_set_costs(tlmrt_batch* b, int32_t num_plans, const int64_t* costs, char* err, size_t err_cap);
+/* Runs `batch` samples (buffers already checked by the core: batch * sample bytes each), over the
+ * plans the cost table chose for it. */
+tlmrt_status tlmrt_batch_run(tlmrt_batch* b, int64_t batch, const tlmrt_io* inputs, const tlmrt_io* outputs,
+                             char* err, size_t err_cap);
 
 /* ---- the CPU thread pool and TVM's context hooks (tlmrt_cpu.c), shared with tlmrt_kernels.c ---- */
 

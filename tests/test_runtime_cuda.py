@@ -489,6 +489,32 @@ def test_cuda_profile_times_every_launch_with_events_and_bench_reports_it(artifa
     assert out["name"].endswith("CUDA graph)")  # profiling launches one by one; the graph comes back after
 
 
+def test_models_of_one_artifact_share_one_device_copy_of_the_weights(artifact, fake_driver):
+    """Two opens of one artifact (as the batch plans of a dynamic-batch artifact are): the second
+    allocates its arena only; the block with the copy outlives the model that made it, until the last
+    one closes."""
+    out = run_py("""
+        import ctypes
+        live = ctypes.CDLL("libcuda.so.1").fake_cuda_live_bytes
+        live.restype = ctypes.c_uint64
+        base = live()
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        a = rt.load(ART, device="cuda")
+        one = live() - base
+        b = rt.load(ART, device="cuda")
+        two = live() - base
+        a.close()
+        OUT["z"] = b(x=x, k=[3])[1].tolist()
+        after_a = live() - base
+        b.close()
+        OUT["bytes"] = [one, two, after_a, live() - base]
+    """, artifact, fake_driver)
+    np.testing.assert_allclose(out["z"], Z, rtol=1e-6)
+    one, two, after_a, at_end = out["bytes"]
+    assert one >= 320 and two - one == 256  # arena 256 (+ weights 64 the first time)
+    assert after_a == two and at_end == 0  # a's block holds the copy: it stays for b, and goes with b
+
+
 def test_outputs_as_cuda_arrays_and_cuda_inputs_through_dlpack(artifact, fake_driver):
     out = run_py("""
         import ctypes

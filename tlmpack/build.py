@@ -49,6 +49,8 @@ class BuildOptions:
     # None takes TLMPACK_DISABLE_RULES / TLMPACK_CUDA_PIPELINE (build_switches.py); recorded either way.
     disabled_rules: tuple[str, ...] | None = None
     cuda_pipeline: bool | None = None
+    # Dynamic batch (build_batch.py): one plan per listed batch size; empty: the model's own shapes.
+    batches: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
         out = {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
@@ -65,6 +67,8 @@ class BuildOptions:
             out["tlm_weights"] = {t: Path(p).name for t, p in sorted(self.tlm_weights.items())}
         if "cuda" in self.targets:
             out["cuda_archs"] = list(self.cuda_archs)
+        if self.batches:
+            out["batches"] = list(self.batches)
         return out
 
 
@@ -170,6 +174,10 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
                                   cuda_archs=cuda.archs if cuda else ())
     if "x86" in options.targets:
         options = resolve_x86_machine(options)
+    if options.batches:
+        from .build_batch import build_batched
+
+        return build_batched(model, out, options, say, started)
 
     import tvm
 

@@ -158,6 +158,11 @@ def main(debug: bool) -> None:
               help="The .tar to write.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D0xD1…",
               help="Pin an input's shape, e.g. x:1x3x224x224 (repeatable).")
+@click.option("--batch", "batch", default=None, metavar="B1,B2,…",
+              help="Dynamic batch: one artifact with a plan per listed batch size (axis 0 of every input must be "
+                   "symbolic in the ONNX model); it runs any batch up to the largest, padded or split.")
+@click.option("--max-batch", "max_batch", default=None, type=click.IntRange(min=1),
+              help="Dynamic batch with plans for the powers of two up to this batch, and it.")
 @click.option("--cpu", default=None, help="LLVM CPU name for x86 (default: this machine's).")
 @click.option("--cores", default=None, type=click.IntRange(min=1),
               help="The x86 target's cores: kernels split their parallel loops for them (default: this machine's; "
@@ -188,7 +193,8 @@ def main(debug: bool) -> None:
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
           cores: int | None, cache: str | None, scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool,
-          disable_rules: str | None, cuda_pipeline: bool | None) -> None:
+          disable_rules: str | None, cuda_pipeline: bool | None, batch: str | None = None,
+          max_batch: int | None = None) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     missing = missing_compiler_modules(model)
     if missing:
@@ -196,6 +202,7 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
               f"install it with: pip install 'tlmpack[compiler]'")
     from .build import BuildOptions
     from .build import build as build_artifact
+    from .frontend.batch import parse_batches
     from .specs import parse_input_shapes
 
     options = BuildOptions(targets=tuple(t.strip() for t in targets.split(",") if t.strip()), cpu=cpu,
@@ -204,7 +211,8 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
                            fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights),
                            cuda_pipeline=cuda_pipeline, cores=cores, cache_kib=_parse_cache(cache),
                            disabled_rules=None if disable_rules is None else
-                           tuple(r.strip() for r in disable_rules.split(",") if r.strip()))
+                           tuple(r.strip() for r in disable_rules.split(",") if r.strip()),
+                           batches=parse_batches(batch, max_batch))
     build_artifact(model, Path(output), options, _progress(time.perf_counter()))
 
 
@@ -276,6 +284,7 @@ def _describe(manifest: dict) -> list[str]:
     out.append(f"  arena {float(mem.get('arena_bytes', 0)) / 2**20:.2f} MiB (unplanned "
                f"{float(mem.get('unplanned_bytes', 0)) / 2**20:.2f} MiB), "
                f"weights {float(mem.get('weights_bytes', 0)) / 2**20:.2f} MiB")
+    out += _describe_batch_plans(manifest.get("batch_plans") or [])
     subgraphs = manifest.get("subgraphs") or []
     out.append(f"  {len(subgraphs)} subgraphs:")
     for sg in subgraphs:
@@ -285,6 +294,33 @@ def _describe(manifest: dict) -> list[str]:
             )
             out.append(f"    {p(sg['id']):44} x{p(sg['calls']):<3} {p(s['target']):4} {p(s['chosen_by']):10} "
                        f"sketch {p(s['sketch']):2}  {p(decisions)}")
+    return out
+
+
+def _describe_batch_plans(plans: list) -> list[str]:
+    """inspect's lines for a dynamic-batch artifact: each plan, and how each batch in between runs."""
+    from .runtime.batching import COST_UNIT, cover
+
+    out = []
+    for plan in plans:
+        parts = []
+        for target in ("cuda", "x86"):
+            if isinstance(plan.get(target), dict):
+                t = plan[target]
+                steps = t.get("launches", t.get("kernel_calls", "?"))
+                word = "launches" if "launches" in t else "kernel calls"
+                parts.append(f"{target} {_printable(steps)} {word}, arena {float(t.get('arena_bytes', 0)) / 2**20:.2f} MiB")
+        costs = ", ".join(f"{_printable(k)} {float(v) / COST_UNIT:g}" for k, v in sorted((plan.get("cost") or {}).items()))
+        out.append(f"  batch plan {_printable(plan.get('batch')):>4}: {'; '.join(parts)} (estimated cost {costs})")
+    if plans:
+        for target in sorted({k for p in plans for k in (p.get("cost") or {})}):
+            costs = {int(p["batch"]): int(p["cost"][target]) for p in plans}
+            largest = max(costs)
+            between = [b for b in range(1, min(largest, 32) + 1) if b not in costs]
+            runs = [f"{b}→{'+'.join(map(str, cover(b, costs)))}" for b in between]
+            if runs:
+                out.append(f"  {_printable(target)} runs other batches as: {' '.join(runs)}"
+                           + (" …" if largest > 32 else ""))
     return out
 
 
@@ -330,7 +366,8 @@ def _random_feed(model, feed: dict) -> dict:
 
     rng = np.random.default_rng(0)
     out = dict(feed)
-    for spec in model.inputs:
+    largest = model.batch_plans[-1] if model.batch_plans else 0  # a dynamic batch: its largest plan
+    for spec in (s.with_batch(largest) for s in model.inputs):
         if spec.name in out:
             continue
         kind = np.dtype(spec.dtype).kind

@@ -708,6 +708,17 @@ EXPORT CUresult cuEventDestroy_v2(void* event) {
 
 /* ---- for the tests ----------------------------------------------------------------------------- */
 
+/* Bytes of device memory allocated and not yet freed. */
+EXPORT uint64_t fake_cuda_live_bytes(void) {
+  uint64_t n = 0;
+  pthread_mutex_lock(&g_mu);
+  for (size_t i = 0; i < sizeof(g_allocs) / sizeof(g_allocs[0]); ++i) {
+    if (g_allocs[i].ptr != NULL) n += g_allocs[i].size;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
 EXPORT void fake_cuda_stats(int out[6]) {
   out[0] = g_launches;
   out[1] = g_graph_launches;

@@ -55,7 +55,9 @@ def _tensor(tid: int, name: str, storage: str, dtype: str, shape, offset: int) -
 
 
 def render_cuda_plan(graph: Graph, kernels: CudaKernels, target: CudaTarget, inputs: list[TensorSpec],
-                     outputs: list[TensorSpec], model_name: str, version: str) -> CudaPlan:
+                     outputs: list[TensorSpec], model_name: str, version: str,
+                     plan_symbol: str = "tlmrt_cuda_plan_v1") -> CudaPlan:
+    """The CUDA plan as C data; a dynamic-batch plan.so holds one per batch size, each under its own symbol."""
     tensors = [_tensor(t.id, t.name, t.storage, t.dtype, t.shape, t.offset) for t in graph.tensors]
 
     # Workspaces: one tensor per (task, intermediate), all tasks sharing one region after the arena.
@@ -96,7 +98,7 @@ def render_cuda_plan(graph: Graph, kernels: CudaKernels, target: CudaTarget, inp
 
     images = sorted(kernels.images, key=lambda im: (im[1] != "cubin", im[2], im[0]))  # cubins first
     source = _environment().get_template("cuda_plan.c.j2").render(
-        tlmpack_version=version,
+        tlmpack_version=version, plan_symbol=plan_symbol,
         model_name=c_string(model_name),
         tensors=tensors,
         launches=launches,
@@ -153,10 +155,10 @@ class _CPlan(ctypes.Structure):
 
 
 
-def read_cuda_plan(plan_so: Path) -> dict:
-    """Loads cuda/plan.so and copies its table into plain Python data."""
+def read_cuda_plan(plan_so: Path, symbol: str = "tlmrt_cuda_plan_v1") -> dict:
+    """Loads cuda/plan.so and copies its table (the plan under ``symbol``: a batch plan's) into plain Python data."""
     lib = ctypes.CDLL(str(plan_so))
-    get = lib.tlmrt_cuda_plan_v1
+    get = getattr(lib, symbol)
     get.restype = ctypes.POINTER(_CPlan)
     p = get().contents
 

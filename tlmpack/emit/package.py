@@ -17,27 +17,36 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
         raise LoweringError(f"{what} failed ({' '.join(cmd[:3])} …):\n{result.stderr.strip()[-2000:]}")
 
 
-def link_model_library(stage: Path, plan_c: str, kernels_object: Path) -> None:
-    """plan.c + the kernels' object → x86/model.so, deterministically."""
+def _plan_sources(build: Path, stem: str, plan_c: str | list[str]) -> list[str]:
+    """Writes the plan's C file(s): one, or one per batch plan (plan.c, plan_1.c, ...)."""
+    sources = [plan_c] if isinstance(plan_c, str) else plan_c
+    names = [f"{stem}.c" if i == 0 else f"{stem}_{i}.c" for i in range(len(sources))]
+    for name, text in zip(names, sources, strict=True):
+        (build / name).write_text(text)
+    return names
+
+
+def link_model_library(stage: Path, plan_c: str | list[str], kernels_object: Path) -> None:
+    """plan.c (or one C file per batch plan) + the kernels' object → x86/model.so, deterministically."""
     x86 = stage / "x86"
     build = stage.parent / "build"
     build.mkdir(exist_ok=True)
-    (build / "plan.c").write_text(plan_c)
+    names = _plan_sources(build, "plan", plan_c)
     shutil.copy(RUNTIME_C_DIR / "tlmrt_plan.h", build / "tlmrt_plan.h")
     shutil.copy(kernels_object, build / "kernels.o")
     cmd = ["cc", "-std=c11", "-O2", "-fPIC", "-shared", "-I.", "-ffile-prefix-map=.=.", "-Wl,--build-id=none", "-Wl,-Bsymbolic",
-           "-Wl,-soname,model.so", "-o", str(x86 / "model.so"), "plan.c", "kernels.o", "-lm"]
+           "-Wl,-soname,model.so", "-o", str(x86 / "model.so"), *names, "kernels.o", "-lm"]
     _run(cmd, build, "linking x86/model.so")
 
 
-def link_cuda_plan(stage: Path, plan_c: str) -> None:
-    """cuda_plan.c → cuda/plan.so: a host library holding only the CUDA plan's C data."""
+def link_cuda_plan(stage: Path, plan_c: str | list[str]) -> None:
+    """cuda_plan.c (or one per batch plan) → cuda/plan.so: a host library holding only the CUDA plan's C data."""
     build = stage.parent / "build-cuda"
     build.mkdir(exist_ok=True)
-    (build / "cuda_plan.c").write_text(plan_c)
+    names = _plan_sources(build, "cuda_plan", plan_c)
     shutil.copy(RUNTIME_C_DIR / "tlmrt_plan.h", build / "tlmrt_plan.h")
     cmd = ["cc", "-std=c11", "-O2", "-fPIC", "-shared", "-I.", "-ffile-prefix-map=.=.", "-Wl,--build-id=none", "-Wl,-Bsymbolic",
-           "-Wl,-soname,plan.so", "-o", str(stage / "cuda" / "plan.so"), "cuda_plan.c"]
+           "-Wl,-soname,plan.so", "-o", str(stage / "cuda" / "plan.so"), *names]
     _run(cmd, build, "linking cuda/plan.so")
 
 

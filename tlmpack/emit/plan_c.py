@@ -44,8 +44,11 @@ _GCC_CPU_FEATURE = {
 
 
 def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec], model_name: str,
-                version: str, cpu_features: tuple[str, ...] = ()) -> str:
-    """The plan for x86/model.so; input and output names are the model's public names."""
+                version: str, cpu_features: tuple[str, ...] = (), plan_symbol: str = "tlmrt_plan_v1",
+                common: bool = True) -> str:
+    """The plan for x86/model.so; input and output names are the model's public names.
+    A dynamic-batch model.so links one plan per batch size, each under its own ``plan_symbol``;
+    exactly one of them has the ``common`` part (the kernels' error hook, the CPU feature check)."""
     tensors = []
     for t in graph.tensors:
         dt = np.dtype(t.dtype)
@@ -57,7 +60,7 @@ def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec
         })
     steps = [{"task": c.task, "symbol": f"__tvm_ffi_{c.task}", "args": list(c.args)} for c in graph.calls]
     return _environment().get_template("plan.c.j2").render(
-        tlmpack_version=version,
+        tlmpack_version=version, plan_symbol=plan_symbol, common=common,
         cpu_features=[_GCC_CPU_FEATURE[f] for f in cpu_features if f in _GCC_CPU_FEATURE],
         model_name=c_string(model_name),
         kernels=[f"__tvm_ffi_{t.id}" for t in graph.tasks],

@@ -201,6 +201,16 @@ class Library:
             self._sig(lib, "tlmrt_model_set_profiling", c_status, [pm, ctypes.c_int32])
             self._sig(lib, "tlmrt_model_get_profile", c_status, [pm, ctypes.POINTER(Profile)])
             self._sig(lib, "tlmrt_model_get_profile_step", c_status, [pm, ctypes.c_int32, ctypes.POINTER(ProfileStep)])
+        # API version 5 (dynamic batch); absent from runtimes packaged before it.
+        self.has_batch = all(hasattr(lib, n) for n in (
+            "tlmrt_model_num_batch_plans", "tlmrt_model_batch_plan", "tlmrt_model_run_shaped",
+            "tlmrt_model_set_batch_costs"))
+        if self.has_batch:
+            self._sig(lib, "tlmrt_model_set_batch_costs", c_status, [pm, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)])
+            self._sig(lib, "tlmrt_model_num_batch_plans", ctypes.c_int32, [pm])
+            self._sig(lib, "tlmrt_model_batch_plan", ctypes.c_int64, [pm, ctypes.c_int32])
+            self._sig(lib, "tlmrt_model_run_shaped", c_status,
+                      [pm, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(IO), ctypes.POINTER(IO)])
         self.lib = lib
         self.version = (lib.tlmrt_version() or b"").decode(errors="replace")
 
@@ -239,6 +249,13 @@ class Library:
             raise status_error(status if status != OK else ERR_ARTIFACT, message,
                                f"{name or artifact_dir}: cannot open the model")
         return handle.value
+
+    def batch_plans(self, handle: int) -> list[int]:
+        """The batch size of each plan of a dynamic-batch model ([] for fixed shapes or an older runtime)."""
+        if not self.has_batch:
+            return []
+        return [int(self.lib.tlmrt_model_batch_plan(handle, i))
+                for i in range(self.lib.tlmrt_model_num_batch_plans(handle))]
 
     def device_name(self, handle: int) -> str:
         if not self.has_v2:

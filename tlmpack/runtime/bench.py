@@ -74,7 +74,8 @@ def random_feed(model: Model, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for timing: floats ~ N(0, 1); integers 0, always a valid index (token ids, positions)."""
     rng = np.random.default_rng(seed)
     feed = {}
-    for spec in model.inputs:
+    largest = model.batch_plans[-1] if model.batch_plans else 0  # a dynamic batch: its largest plan
+    for spec in (s.with_batch(largest) for s in model.inputs):
         if np.dtype(spec.dtype).kind == "f":
             feed[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
         else:

@@ -39,15 +39,28 @@ _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One input or output: its name, numpy dtype name ("float32") and static shape."""
+    """One input or output: its name, numpy dtype name ("float32") and shape. In a dynamic-batch
+    model axis 0 is the string "batch" (symbolic); ``with_batch(b)`` gives the shape of one run."""
 
     name: str
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[Any, ...]
 
     @property
     def nbytes(self) -> int:
+        if self.is_dynamic:
+            raise TypeError(f"{self.name}: shape {self.shape} has a symbolic batch; use with_batch(n).nbytes")
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(isinstance(d, str) for d in self.shape)
+
+    def with_batch(self, batch: int) -> TensorSpec:
+        """The spec of a run of ``batch`` samples (itself when the shape is static)."""
+        if not self.is_dynamic:
+            return self
+        return TensorSpec(self.name, self.dtype, (batch, *self.shape[1:]))
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
@@ -108,6 +121,13 @@ class Model:
         self.device = f"cuda:{self.device_index}" if self.is_cuda else "cpu"
         self.inputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "inputs")]
         self.outputs: list[TensorSpec] = [TensorSpec(*s) for s in specs_of(manifest, "outputs")]
+        # Dynamic batch: the plans' batch sizes, ascending (manifest "batch_plans"); [] for fixed shapes.
+        self.batch_plans: list[int] = sorted(p["batch"] for p in manifest.get("batch_plans", []))
+        # the cost of one run of each plan that decides how other batches run (runtime/batching.py):
+        # the build's estimates, until calibrate_batch_plans() measures them
+        self.batch_costs: dict[int, int] = {int(p["batch"]): int(p.get("cost", {}).get(target["kind"], 0))
+                                            for p in manifest.get("batch_plans", [])}
+        self._estimated_costs = dict(self.batch_costs)
         self._input_index = {s.name: i for i, s in enumerate(self.inputs)}
         self._output_index = {s.name: i for i, s in enumerate(self.outputs)}
         self._lock = threading.Lock()
@@ -125,9 +145,8 @@ class Model:
         except BaseException:
             self.close()
             raise
-        n_in, n_out = len(self.inputs), len(self.outputs)
-        self._in_nbytes = (ctypes.c_uint64 * n_in)(*(s.nbytes for s in self.inputs))
-        self._out_nbytes = (ctypes.c_uint64 * n_out)(*(s.nbytes for s in self.outputs))
+        self._sized: dict[int, tuple] = {}  # batch → (inputs, outputs, input nbytes, output nbytes)
+        self._in_nbytes, self._out_nbytes = self._for_batch(0)[2:]
         self._stream = (self._lib.lib.tlmrt_model_stream(self._handle) or None) if self.is_cuda else None
 
     @property
@@ -144,12 +163,17 @@ class Model:
             if len(infos) != len(specs):
                 raise ArtifactError(f"{self.path}: manifest.json lists {len(specs)} {section}s, the compiled plan has "
                                     f"{len(infos)}")
+            if self.batch_plans and self._lib.batch_plans(self._handle) != self.batch_plans:
+                raise ArtifactError(f"{self.path}: manifest.json lists the batch plans {self.batch_plans}, the C runtime "
+                                    f"opened {self._lib.batch_plans(self._handle)}")
             for i, (spec, info) in enumerate(zip(specs, infos, strict=True)):
                 name = (info.name or b"").decode(errors="replace")
                 dtype = _DTYPE_NAMES.get((info.dtype_code, info.dtype_bits),
                                          f"(code {info.dtype_code}, {info.dtype_bits} bits)")
-                shape = tuple(info.shape[: info.ndim])
-                if (name, dtype, shape, info.nbytes) != (spec.name, spec.dtype, spec.shape, spec.nbytes):
+                # a dynamic batch: the plan says -1 for axis 0 and the bytes of one sample
+                shape = tuple(spec.shape[0] if spec.is_dynamic and k == 0 and d == -1 else d
+                              for k, d in enumerate(info.shape[: info.ndim]))
+                if (name, dtype, shape, info.nbytes) != (spec.name, spec.dtype, spec.shape, spec.with_batch(1).nbytes):
                     raise ArtifactError(
                         f"{self.path}: manifest.json and the compiled plan disagree about {section} {i}: "
                         f"manifest says {spec.name!r} {spec.dtype} {spec.shape}, plan says {name!r} {dtype} {shape} "
@@ -206,31 +230,32 @@ class Model:
                              f"load it with device='cuda' or ask for output_device='cpu'")
         wanted = self._output_indices(output_names)
         values = self._feed_values(feed)
-        views = [self._device_input(spec, v) for spec, v in zip(self.inputs, values, strict=True)]
+        inputs, outputs, in_nbytes, out_nbytes = self._for_batch(self._batch_of(values))
+        views = [self._device_input(spec, v) for spec, v in zip(inputs, values, strict=True)]
         arrays = [None if view is not None else _as_input_array(spec, v)
-                  for spec, v, view in zip(self.inputs, values, views, strict=True)]
+                  for spec, v, view in zip(inputs, values, views, strict=True)]
         if not to_device and all(v is None for v in views):
-            outs: list[Any] = [np.empty(s.shape, dtype=s.dtype) for s in self.outputs]
+            outs: list[Any] = [np.empty(s.shape, dtype=s.dtype) for s in outputs]
             in_ptrs = (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
             out_ptrs = (ctypes.c_void_p * len(outs))(*(o.ctypes.data for o in outs))
             with self._lock:
                 self._check_open()
-                status = self._lib.lib.tlmrt_model_run(self._handle, in_ptrs, self._in_nbytes, out_ptrs,
-                                                       self._out_nbytes)
+                status = self._lib.lib.tlmrt_model_run(self._handle, in_ptrs, in_nbytes, out_ptrs, out_nbytes)
                 self._raise_for(status)
             return [outs[i] for i in wanted]
 
-        ins = (_capi.IO * len(self.inputs))()
-        for i, (spec, arr, view) in enumerate(zip(self.inputs, arrays, views, strict=True)):
+        ins = (_capi.IO * len(inputs))()
+        for i, (spec, arr, view) in enumerate(zip(inputs, arrays, views, strict=True)):
             if view is not None:
                 ins[i] = _capi.IO(view.ptr, spec.nbytes, _capi.DEVICE_CUDA, self.device_index)
             else:
                 ins[i] = _capi.IO(arr.ctypes.data, spec.nbytes, _capi.DEVICE_CPU, 0)
         asked = set(wanted)
-        outs = [None if k not in asked else self._new_cuda_array(s) if to_device else np.empty(s.shape, dtype=s.dtype)
-                for k, s in enumerate(self.outputs)]
-        out_io = (_capi.IO * len(self.outputs))()
-        for k, (spec, o) in enumerate(zip(self.outputs, outs, strict=True)):
+        # a dynamic-batch model's outputs never stay in an arena: every one gets a buffer
+        outs = [None if k not in asked and not self.batch_plans else self._new_cuda_array(s) if to_device
+                else np.empty(s.shape, dtype=s.dtype) for k, s in enumerate(outputs)]
+        out_io = (_capi.IO * len(outputs))()
+        for k, (spec, o) in enumerate(zip(outputs, outs, strict=True)):
             if isinstance(o, CudaArray):
                 out_io[k] = _capi.IO(o.data_ptr, spec.nbytes, _capi.DEVICE_CUDA, self.device_index)
             elif o is not None:
@@ -243,6 +268,60 @@ class Model:
             self._raise_for(status)
         del views  # the producers' capsules stay alive until here
         return [outs[i] for i in wanted]
+
+    def calibrate_batch_plans(self, runs: int = 5) -> dict[int, int]:
+        """Measures each batch plan and has the C runtime cover other batches by those times instead of
+        the build's estimates from the plan sizes. Plans run on zeros, one run of each in turn (after a
+        warm-up), ``runs`` times; a plan's cost is its fastest run, since a busy machine only adds time.
+        Returns the costs (nanoseconds per run of each plan). Where a small plan is no cheaper than a
+        large one (a launch-bound model, a poorly scheduled size), this turns splits into padding."""
+        import time
+
+        if not self.batch_plans:
+            raise InputError("calibrate_batch_plans: this model has fixed shapes (no batch plans)")
+        self._set_batch_costs(self._estimated_costs)  # under the estimates, batch b runs plan b alone
+        feeds = {b: {s.name: np.zeros(s.with_batch(b).shape, s.dtype) for s in self.inputs} for b in self.batch_plans}
+        for feed in feeds.values():
+            self.run(None, feed)
+        best = dict.fromkeys(self.batch_plans, 2**62)
+        for _ in range(max(1, runs)):
+            for b, feed in feeds.items():
+                t0 = time.perf_counter_ns()
+                self.run(None, feed)
+                best[b] = min(best[b], max(1, time.perf_counter_ns() - t0))
+        self._set_batch_costs(best)
+        return best
+
+    def _set_batch_costs(self, costs: dict[int, int]) -> None:
+        values = (ctypes.c_int64 * len(costs))(*(costs[b] for b in self.batch_plans))
+        with self._lock:
+            self._check_open()
+            self._raise_for(self._lib.lib.tlmrt_model_set_batch_costs(self._handle, len(costs), values))
+        self.batch_costs = dict(costs)
+
+    def _for_batch(self, batch: int) -> tuple:
+        """The concrete specs and C size arrays of a run of ``batch`` samples (0: fixed shapes)."""
+        if batch not in self._sized:
+            ins = [s.with_batch(batch) for s in self.inputs]
+            outs = [s.with_batch(batch) for s in self.outputs]
+            self._sized[batch] = (ins, outs, (ctypes.c_uint64 * len(ins))(*(s.nbytes for s in ins)),
+                                  (ctypes.c_uint64 * len(outs))(*(s.nbytes for s in outs)))
+        return self._sized[batch]
+
+    def _batch_of(self, values: list[Any]) -> int:
+        """The batch of a run: axis 0 of the first input (0 for a model of fixed shapes). Every input is
+        then checked against the specs of that batch; one outside the plans' range is an InputError."""
+        if not self.batch_plans:
+            return 0
+        spec, value = self.inputs[0], values[0]
+        shape = getattr(value, "shape", None)
+        shape = tuple(shape) if shape is not None else np.shape(value)
+        largest = self.batch_plans[-1]
+        if len(shape) != len(spec.shape) or not 1 <= int(shape[0]) <= largest:
+            pretty = "(" + ", ".join(str(d) for d in spec.shape) + ")"
+            raise InputError(f"input {spec.name!r}: expected shape {pretty} with batch in 1..{largest}, "
+                             f"got {tuple(int(d) for d in shape)}")
+        return int(shape[0])
 
     def run_dlpack(self, output_names: Sequence[str] | None, feed: Mapping[str, Any]) -> list[CudaArray]:
         """run(..., output_device="cuda"): every requested output as a CudaArray on the model's GPU."""

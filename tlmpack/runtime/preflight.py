@@ -34,7 +34,8 @@ from tlmpack.runtime.extract import (
 )
 
 FORMAT = "tlmpack"
-SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (2,)  # 2: SHA256SUMS covers manifest.json
+BATCH_DIM = "batch"  # axis 0 of every input and output of a dynamic-batch artifact (format_version 3)
+SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (2, 3)  # 2: SHA256SUMS covers manifest.json; 3: a symbolic batch dim
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # a large model's manifest is a few hundred KiB
 SHA256SUMS = "SHA256SUMS"
@@ -183,9 +184,17 @@ def _validate_manifest(path: Path, m: dict[str, Any]) -> None:
                 raise bad(f"{section[:-1]} {s['name']!r} has dtype {s.get('dtype')!r}; this runtime handles "
                           f"{', '.join(DTYPES)}")
             shape = s.get("shape")
+            dynamic = m.get("batch_plans") and isinstance(shape, list) and shape and shape[0] == BATCH_DIM
             if (not isinstance(shape, list) or
-                    not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
-                raise bad(f"{section[:-1]} {s['name']!r} has shape {shape!r}; expected a list of non-negative integers")
+                    not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape[1 if dynamic else 0:])):
+                raise bad(f"{section[:-1]} {s['name']!r} has shape {shape!r}; expected a list of non-negative integers"
+                          + (f" (axis 0 may be {BATCH_DIM!r} in a dynamic-batch artifact)" if m.get("batch_plans") else ""))
+    plans = m.get("batch_plans")
+    if plans is not None:
+        sizes = [p.get("batch") if isinstance(p, dict) else None for p in plans] if isinstance(plans, list) else None
+        if not sizes or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes) or \
+                sizes != sorted(set(sizes)):
+            raise bad(f"'batch_plans' must list positive batch sizes in ascending order; found {plans!r}")
 
     for section in ("model", "memory", "build_options"):
         if section in m and not isinstance(m[section], dict):

@@ -1,0 +1,104 @@
+"""Batch plans as one compilation: the Graphs of one model at several batch sizes.
+
+Each batch size has its own Graph (graph.py: calls, tensors, memory plan). Here their tasks are
+deduplicated across the plans by structure (a task that does not depend on the batch is scheduled
+and compiled once), the schedulers get one union Graph over every plan's tasks, and the plans'
+constants are laid out once in a shared weights blob (constants with the same bytes share them,
+so unpacked weights are stored once; a constant packed differently for two plans' kernels has
+one copy per layout).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from .graph import ALIGNMENT, Graph, KernelCall, Task, Tensor
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _renamed(graph: Graph, new_id: dict[str, str]) -> Graph:
+    tasks, seen = [], set()
+    for t in graph.tasks:
+        tid = new_id[t.id]
+        if tid not in seen:
+            seen.add(tid)
+            tasks.append(dataclasses.replace(t, id=tid))
+    return dataclasses.replace(
+        graph, tasks=tasks,
+        calls=[KernelCall(new_id[c.task], c.args, c.num_outputs) for c in graph.calls],
+        task_funcs={new_id[k]: f for k, f in graph.task_funcs.items()})
+
+
+def merge_tasks(graphs: dict[int, Graph]) -> tuple[Graph, dict[int, Graph]]:
+    """Renames every plan's tasks so that structurally equal ones share one id (the first plan's),
+    and returns the union Graph the schedulers and kernel builders take (every distinct task once;
+    its tensors and calls are the plans' side by side, so each task's arguments are there) and the
+    renamed per-batch Graphs."""
+    import tvm_ffi
+
+    buckets: dict[str, list[tuple[str, object]]] = {}  # structural hash → (task id, func)
+    renamed: dict[int, Graph] = {}
+    for batch in sorted(graphs):
+        graph = graphs[batch]
+        new_id = {}
+        for task in graph.tasks:
+            func = graph.task_funcs[task.id]
+            match = next((tid for tid, f in buckets.get(task.structural_hash, [])
+                          if tvm_ffi.structural_equal(f, func)), None)
+            if match is None:
+                buckets.setdefault(task.structural_hash, []).append((task.id, func))
+                match = task.id
+            new_id[task.id] = match
+        renamed[batch] = _renamed(graph, new_id)
+    tensors: list[Tensor] = []
+    calls: list[KernelCall] = []
+    tasks: dict[str, Task] = {}
+    funcs: dict[str, object] = {}
+    for batch in sorted(renamed):
+        graph = renamed[batch]
+        base = len(tensors)
+        tensors += [dataclasses.replace(t, id=t.id + base, base=t.base + base) for t in graph.tensors]
+        calls += [KernelCall(c.task, tuple(a + base for a in c.args), c.num_outputs) for c in graph.calls]
+        for t in graph.tasks:
+            if t.id not in tasks:
+                tasks[t.id] = t
+                funcs[t.id] = graph.task_funcs[t.id]
+    counts: dict[str, int] = {}
+    for c in calls:
+        counts[c.task] = counts.get(c.task, 0) + 1
+    union = Graph(tensors, calls, [dataclasses.replace(t, calls=counts[t.id]) for t in tasks.values()],
+                  [], [], b"", max(g.arena_bytes for g in graphs.values()), funcs)
+    return union, renamed
+
+
+def share_weights(graphs: dict[int, Graph]) -> tuple[bytes, dict[int, Graph]]:
+    """One weights blob for every plan: each distinct constant (by its bytes and dtype) once,
+    64-byte aligned, in the order the plans first use them; each plan's weight tensors point
+    into it. Returns the blob and the plans with their offsets rewritten."""
+    offsets: dict[tuple[str, str], int] = {}
+    chunks: list[bytes] = []
+    size = 0
+    out: dict[int, Graph] = {}
+    for batch in sorted(graphs):
+        graph = graphs[batch]
+        where: dict[int, int] = {}
+        for t in graph.tensors:
+            if t.storage != "weights" or t.base != t.id:
+                continue
+            data = graph.weights[t.offset:t.offset + t.nbytes]
+            key = (t.dtype, hashlib.sha256(data).hexdigest())
+            if key not in offsets:
+                offset = _aligned(size)
+                chunks.append(b"\0" * (offset - size) + data)
+                offsets[key] = offset
+                size = offset + len(data)
+            where[t.id] = offsets[key]
+        tensors = [dataclasses.replace(t, offset=where[t.base] + (t.offset - graph.tensors[t.base].offset))
+                   if t.storage == "weights" else t for t in graph.tensors]
+        out[batch] = dataclasses.replace(graph, tensors=tensors)  # weights: the blob, once complete
+    blob = b"".join(chunks)
+    return blob, {b: dataclasses.replace(g, weights=blob) for b, g in out.items()}
