@@ -10,6 +10,7 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 2. for each scheduler (default: heuristic, the compile-time rules with fast math, and baseline,
    the first release's fixed rules with exact math, as it was built then): ``tlmpack build DIR/<name>.onnx -t x86 --scheduler S -o
    DIR/<name>.<S>.tar`` (subprocess; timed; reused when newer than the .onnx unless ``--rebuild``);
+   ``S/FLAG`` (e.g. ``heuristic/no-pad-extents``) adds ``--FLAG`` to that build: an A/B of a build switch;
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
 4. both run the same input; rel err = ‖tlmpack − ORT‖ / ‖ORT‖;
@@ -220,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-append", action="store_true", help="do not append to BENCHMARKS.md")
     ap.add_argument("--note", default="", help="free text added under the table")
     ap.add_argument("--schedulers", default="heuristic,baseline",
-                    help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline)")
+                    help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline); "
+                         "SCHEDULER/FLAG[/FLAG] adds --FLAG to that build, e.g. heuristic/no-pad-extents")
     ap.add_argument("--baseline-fast-math", action="store_true",
                     help="build the baseline with fast math too (default: --exact-math, as the first release did)")
     args = ap.parse_args(argv)
@@ -256,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         fns = {}
         models = []
         for scheduler in schedulers if tlm_load is not None else []:
-            exact = scheduler == "baseline" and not args.baseline_fast_math
-            tar = args.dir / f"{name}.{scheduler}.tar"
-            extra = ["--scheduler", scheduler, "--exact-math" if exact else "--fast-math"]
+            base, *flags = scheduler.split("/")  # e.g. heuristic/no-pad-extents: build flags after the name
+            exact = base == "baseline" and not args.baseline_fast_math
+            tar = args.dir / f"{name}.{'-'.join([base, *flags])}.tar"
+            extra = ["--scheduler", base, "--exact-math" if exact else "--fast-math", *(f"--{f}" for f in flags)]
             build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
             row["build"][scheduler] = build_s
             if err:

@@ -1,48 +1,131 @@
 """Relax-level rewrites tlmpack applies before lowering, each keeping the model's meaning exactly.
 
-pad_matmul_columns: a matmul by a constant whose column count N has no divisor that is a whole
-vector (GPT-2's LM head: 50257 = 29 x 1733) cannot get a vector-wide innermost tile from
-MetaSchedule's perfect tiles, so it runs scalar on x86 and with odd thread shapes on CUDA. The
-weight is padded with zero columns to a multiple of 16 at build time and the product sliced back
-to N columns: one cheap copy instead of a scalar GEMM.
+pad_awkward_extents: MetaSchedule's design space has only perfect tiles, so a matmul loop whose
+extent has no useful divisor (197 tokens, 77, GPT-2's 50257-wide LM head, 1000 classes...) gets a
+1 x 197 tile: scalar on x86, odd thread shapes on CUDA. Every matmul (constant weight or not,
+batched or not) whose M, N or K extent is awkward computes instead over a friendlier extent, the
+next multiple the target asks for (x86: the vector width; CUDA: a warp's quarter or more) as long as
+that adds at most ``MAX_OVERHEAD`` of the work, and is sliced back:
+
+- M (rows) and N (columns): the operand is padded with zeros and the product sliced back to the
+  original rows/columns, so padded rows and columns never reach anything else;
+- K (the reduction): both operands are padded with zeros, which add exactly 0 to every sum.
+
+A constant operand is padded here, at build time (FoldConstant keeps it a constant); an activation
+costs a pad copy, which FuseOps fuses into the kernel that produces it when it can. Reductions over
+awkward lengths (softmax, layer norm) are left alone: their loops are not tiled into registers, and
+padding a softmax's keys would need a mask. The old LM-head padding is the N case of this rewrite.
 """
 
 from __future__ import annotations
 
-PAD_MULTIPLE = 16
-MIN_WEIGHT_ELEMENTS = 1 << 20  # small matmuls are not worth an extra slice kernel
+from dataclasses import dataclass
+
+MAX_OVERHEAD = 0.125  # padding may add at most this fraction to an extent
+MIN_WORK = 1 << 20  # multiply-adds below which a matmul is not worth the extra pad/slice kernels
+MIN_EXTENT = 16  # extents below this fit one tile whatever they are
 
 
-def pad_matmul_columns(mod):
-    """Returns ``mod`` with every large constant-weight matmul of awkward width padded and sliced."""
+@dataclass(frozen=True)
+class PadPolicy:
+    """The multiples a target prefers for its loop extents, best first (the first one within the
+    overhead bound wins)."""
+
+    multiples: tuple[int, ...]
+
+    def padded(self, extent: int) -> int:
+        """The extent to compute over: ``extent`` itself when it is small or already a multiple of
+        the smallest preferred multiple, else the next multiple within the overhead bound."""
+        if extent < MIN_EXTENT or extent % min(self.multiples) == 0:
+            return extent
+        for m in self.multiples:
+            up = -(-extent // m) * m
+            if up - extent <= MAX_OVERHEAD * extent:
+                return up
+        return extent
+
+
+def policy_for(targets: tuple[str, ...], x86_lanes: int = 8) -> PadPolicy:
+    """x86 wants whole vectors (``x86_lanes`` floats); CUDA wants warp-sized tiles (32, else 16).
+    A graph shared by both targets takes the coarser multiples first."""
+    multiples: list[int] = []
+    if "cuda" in targets:
+        multiples += [32, 16]
+    if "x86" in targets:
+        multiples += [2 * x86_lanes, x86_lanes]
+    ordered = sorted(set(multiples or [16, 8]), reverse=True)
+    return PadPolicy(tuple(ordered))
+
+
+def pad_awkward_extents(mod, policy: PadPolicy):
+    """Returns ``mod`` with every matmul over awkward extents computed padded and sliced back, and
+    how many matmuls were padded."""
     import numpy as np
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     matmul = tvm.ir.Op.get("relax.matmul")
+    count = [0]
+
+    def static_shape(expr) -> tuple[int, ...] | None:
+        ty = expr.ty
+        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+            return None
+        try:
+            return tuple(int(d) for d in ty.shape.values)
+        except (TypeError, AttributeError):
+            return None
 
     @mutator
     class _Pad(PyExprMutator):
+        padded: dict = {}  # (operand, padded shape) → the padded operand: three Q/K/V matmuls share one pad
+
+        def pad(self, expr, shape: tuple[int, ...], to: tuple[int, ...]):
+            """``expr`` zero-padded at the end of each axis to ``to``: folded when constant."""
+            if to == shape:
+                return expr
+            widths = [(0, t - s) for s, t in zip(shape, to, strict=True)]
+            if isinstance(expr, tvm.ir.expr.Constant):
+                return relax.const(np.pad(expr.value.numpy(), widths))
+            for (known, known_to), value in self.padded.items():
+                if known_to == to and known.same_as(expr):
+                    return value
+            value = self.builder_.emit(relax.op.nn.pad(expr, [w for pair in widths for w in pair]))
+            self.padded[(expr, to)] = value
+            return value
+
         def visit_call_(self, call):
             call = super().visit_call_(call)
             if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(matmul) and len(call.args) == 2):
                 return call
-            weight = call.args[1]
-            if not isinstance(weight, tvm.ir.expr.Constant):
+            a, b = call.args
+            sa, sb, out = static_shape(a), static_shape(b), static_shape(call)
+            if sa is None or sb is None or out is None or len(sa) < 2 or len(sb) < 2:
                 return call
-            value = weight.value.numpy()
-            if value.ndim != 2 or value.shape[1] % 8 == 0 or value.size < MIN_WEIGHT_ELEMENTS:
+            if str(a.ty.dtype) not in ("float32", "float16") or str(b.ty.dtype) != str(a.ty.dtype):
                 return call
-            columns = value.shape[1]
-            padded = np.pad(value, ((0, 0), (0, -columns % PAD_MULTIPLE)))
-            product = self.builder_.emit(relax.op.matmul(call.args[0], relax.const(padded), out_dtype=call.attrs.out_dtype))
-            rank = len(product.ty.shape)
-            return relax.op.strided_slice(product, axes=[rank - 1], begin=[0], end=[columns])
+            m, k, n = sa[-2], sa[-1], sb[-1]
+            batch = int(np.prod(out[:-2], dtype=np.int64)) if len(out) > 2 else 1
+            if batch * m * n * k < MIN_WORK:
+                return call
+            pm, pn, pk = policy.padded(m), policy.padded(n), policy.padded(k)
+            if (pm, pn, pk) == (m, n, k):
+                return call
+            count[0] += 1
+            a = self.pad(a, sa, (*sa[:-2], pm, pk))
+            b = self.pad(b, sb, (*sb[:-2], pk, pn))
+            product = self.builder_.emit(relax.op.matmul(a, b, out_dtype=call.attrs.out_dtype))
+            rank = len(out)
+            axes = [ax for ax, (p, e) in ((rank - 2, (pm, m)), (rank - 1, (pn, n))) if p != e]
+            if not axes:
+                return product
+            ends = [m if ax == rank - 2 else n for ax in axes]
+            return relax.op.strided_slice(product, axes=axes, begin=[0] * len(axes), end=ends)
 
     main = _Pad().visit_expr(mod["main"])
     if main.same_as(mod["main"]):
-        return mod
+        return mod, 0
     functions = dict(mod.functions.items())  # the same GlobalVars: calls into other functions still resolve
     functions[mod.get_global_var("main")] = main
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return tvm.IRModule(functions, attrs=mod.attrs), count[0]
