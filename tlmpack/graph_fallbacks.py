@@ -67,8 +67,11 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
 
     current, fallbacks = wanted, []
     while True:
+        culprit = None  # a failure inside our own rewrite switches that rewrite off first
         try:
+            culprit = "pad-awkward-extents"
             padded, count = pad_awkward_extents(mod, current.pad) if current.pad is not None else (mod, 0)
+            culprit = None
             graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
                                           fold_constants=current.fold_constants, pad_policy=None),
                               task_prefix=task_prefix)
@@ -83,7 +86,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             error: Exception = e
         except Exception as e:  # TVM's InternalError, TypeError, ... from a pass
             error = e
-        step = next(((name, off) for name, off, applied in _OPTIONAL if applied(current)), None)
+        steps = [(name, off) for name, off, applied in _OPTIONAL if applied(current)]
+        step = next((st for st in steps if st[0] == culprit), steps[0] if steps else None)
         if step is None:
             if isinstance(error, LoweringError):
                 raise error
