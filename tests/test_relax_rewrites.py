@@ -34,20 +34,22 @@ def test_awkward_matmul_width_is_padded_and_sliced_back(tmp_path):
 
 
 def _attention_onnx(path, seq: int = 77, heads: int = 4, dim: int = 64) -> None:
-    """softmax(Q K^T) V over ``seq`` tokens, Q, K, V inputs: both matmuls take activations."""
+    """softmax(Q K^T / sqrt(d)) V over ``seq`` tokens, Q, K, V inputs: both matmuls take activations."""
     import onnx
     from onnx import TensorProto, helper
 
     def spec(name, shape):
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [dim ** -0.5])
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("MatMul", ["q", "kt"], ["raw"]),
+             helper.make_node("Mul", ["raw", "scale"], ["scores"]),
              helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
              helper.make_node("MatMul", ["p", "v"], ["y"])]
     shape = [1, heads, seq, dim]
     graph = helper.make_graph(nodes, "attention", [spec("q", shape), spec("k", shape), spec("v", shape)],
-                              [spec("y", shape)])
+                              [spec("y", shape)], initializer=[scale])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 

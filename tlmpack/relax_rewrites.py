@@ -27,6 +27,7 @@ from dataclasses import dataclass
 MAX_OVERHEAD = 0.125  # padding may add at most this fraction to an extent
 MIN_WORK = 1 << 20  # multiply-adds below which a matmul is not worth the extra pad/slice kernels
 MIN_EXTENT = 16  # extents below this fit one tile whatever they are
+_SCALAR_ARITHMETIC = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def pad_awkward_extents(mod, policy: PadPolicy):
         except (TypeError, AttributeError):
             return None
 
-    padded: dict = {}  # (operand, padded shape) → the padded operand: three Q/K/V matmuls share one pad
+    padded: dict = {}  # (operand, padded shape, value) → the padded operand: Q, K, V matmuls share one pad
+    own_slices: list = []  # the slices this rewrite made: what is beyond them is known (zeros)
 
     @mutator
     class _Pad(PyExprMutator):
@@ -112,8 +114,42 @@ def pad_awkward_extents(mod, policy: PadPolicy):
                     and int(value.attrs.axis) in (-1, len(shape) - 1)
                     and static_shape(value.args[0]) == shape):
                 return None
-            scores = self.pad(value.args[0], shape, to, float(np.finfo(np.dtype(str(expr.ty.dtype))).min))
+            lowest = float(np.finfo(np.dtype(str(expr.ty.dtype))).min)
+            scores = self.unsliced_scores(value.args[0], to, lowest)
+            if scores is None:
+                scores = self.pad(value.args[0], shape, to, lowest)
             return self.builder_.emit(relax.op.nn.softmax(scores, axis=-1))
+
+        def unsliced_scores(self, expr, to: tuple[int, ...], lowest: float):
+            """Scores S = f(our slice of a padded QK^T), f a chain of scalar-constant arithmetic
+            (the 1/sqrt(d) scale): f applied to the padded product plus a column mask (0 for the
+            real keys, the lowest float for the padded ones). The padded product's extra columns
+            are exactly 0 (K^T was zero-padded) and f(0) is finite, so this equals padding S with
+            the lowest float, without the slice and the pad copy in the QK^T kernel. Else None."""
+            chain = []
+            while isinstance(expr, relax.Var):
+                value = self.lookup_binding(expr)
+                if any(value.same_as(own) for own in own_slices) and static_shape(value.args[0]) == to:
+                    product = value.args[0]
+                    break
+                if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                        and value.op.name in _SCALAR_ARITHMETIC and len(value.args) == 2):
+                    return None
+                scalars = [i for i, arg in enumerate(value.args) if isinstance(arg, tvm.ir.expr.Constant)
+                           and arg.value.numpy().size == 1 and np.isfinite(arg.value.numpy()).all()]
+                if not scalars or (value.op.name == "relax.divide" and scalars != [1]):
+                    return None
+                chain.append((value.op, scalars[0], value.args[scalars[0]]))
+                expr = value.args[1 - scalars[0]]
+            else:
+                return None
+            keys = int(static_shape(expr)[-1])
+            for op, at, constant in reversed(chain):
+                args = [product, constant] if at == 1 else [constant, product]
+                product = self.builder_.emit(relax.Call(op, args))
+            mask = np.zeros(to[-1], dtype=str(product.ty.dtype))
+            mask[keys:] = lowest
+            return self.builder_.emit(relax.op.add(product, relax.const(mask)))
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
@@ -142,7 +178,8 @@ def pad_awkward_extents(mod, policy: PadPolicy):
             if not axes:
                 return product
             ends = [m if ax == rank - 2 else n for ax in axes]
-            return relax.op.strided_slice(product, axes=axes, begin=[0] * len(axes), end=ends)
+            own_slices.append(relax.op.strided_slice(product, axes=axes, begin=[0] * len(axes), end=ends))
+            return own_slices[-1]
 
     main = _Pad().visit_expr(mod["main"])
     if count[0] == 0:  # the mutator rebuilds the function even when nothing changed
