@@ -283,8 +283,8 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
             "targets": [target_entries[t] for t in order],
             "memory": graph.memory_json(),
             "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors),
-                     "padded_matmuls": {"x86": x86_source.padded_matmuls} if x86_source is not None
-                     and x86_source is not graph else {"graph": graph.padded_matmuls}},
+                     "padded_matmuls": {"graph": graph.padded_matmuls} | (
+                         {"x86": x86_source.padded_matmuls} if x86_source is not None and x86_source is not graph else {})},
             "subgraphs": subgraphs(graph, x86_source, records_by_target, order),
             "fallbacks": [f.to_json() for f in fallbacks],
         }
