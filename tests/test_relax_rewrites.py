@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tarfile
+
 import numpy as np
 import pytest
 
@@ -180,3 +182,21 @@ def test_a_small_encoder_over_77_tokens_is_padded_and_matches_onnxruntime(tmp_pa
     check_live("last_hidden_state", ref)
     (out,) = rt.load(tmp_path / "encoder.tar").run(None, feed)
     assert out.shape == (1, 77, 128) and rel_err(out, ref) < 1e-4
+
+
+def test_padded_attention_builds_for_cuda_with_warp_multiples(tmp_path):
+    from tlmpack.build import BuildOptions, build
+    from tlmpack.lower.cuda import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    model = tmp_path / "attention.onnx"
+    _attention_onnx(model, seq=197)
+    manifest = build(str(model), tmp_path / "attention.tar", BuildOptions(targets=("cuda",), scheduler="heuristic"))
+    assert manifest["plan"]["padded_matmuls"] == {"graph": 2}
+    # 197 keys: 224 (a warp multiple) would add 13.7 %, so 208; the scores kernel reads a 208-wide K^T
+    assert any("matmul" in s["name"] for s in manifest["subgraphs"])
+    with tarfile.open(tmp_path / "attention.tar") as tar:
+        source = "".join(tar.extractfile(m).read().decode(errors="replace") for m in tar.getmembers()
+                         if m.name.endswith(".cu"))
+    assert "208" in source
