@@ -4,9 +4,8 @@
     python bench/gpu_pad_ab.py --dir DIR [--model encoder-197] [--runs 50] [--no-compile] [--json OUT.json]
 
 DIR holds what bench/prepare_gpu_pad.sh packed: MODEL.tar.xz (built with padding, the default),
-MODEL.nopad.noweights.tar.xz (the same model built with --no-pad-extents, without weights.bin:
-the padding changes no constant of this model, so it takes the padded artifact's and load()
-checks its sha256), MODEL.inputs.npz and MODEL.ref.npz. Both artifacts run through
+MODEL.nopad.tar.xz (the same model built with --no-pad-extents), MODEL.inputs.npz and
+MODEL.ref.npz (torch on the build machine's CPU). Both artifacts run through
 tlmpack.runtime alone; torch (the zoo's portable weights, fp32, TF32 off) is the reference and the
 eager / torch.compile timing. Timing as in gpu_seed_models.py: medians of --runs after warm-up,
 CUDA graph replay with host numpy in/out ("graph") and inputs already on the GPU ("dev").
@@ -16,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
-import shutil
 import sys
 import tempfile
 import time
@@ -29,17 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu_seed_models import _extract, artifact_dir, median_ms, rel_err, torch_reference  # noqa: E402
+from gpu_seed_models import artifact_dir, median_ms, rel_err, torch_reference  # noqa: E402
 
 import tlmpack.runtime as rt  # noqa: E402
-
-
-def nopad_dir(folder: Path, model: str, padded: Path, scratch: Path) -> Path:
-    out = scratch / f"{model}.nopad"
-    with lzma.open(folder / f"{model}.nopad.noweights.tar.xz") as f:
-        _extract(f, out)
-    shutil.copy(padded / "weights.bin", out / "weights.bin")
-    return out
 
 
 def main() -> int:
@@ -57,7 +46,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tlmpack-pad-ab-") as tmp:
         scratch = Path(tmp)
         padded = artifact_dir([args.dir], args.model, scratch)
-        variants = {"pad": padded, "nopad": nopad_dir(args.dir, args.model, padded, scratch)}
+        variants = {"pad": padded, "nopad": artifact_dir([args.dir], f"{args.model}.nopad", scratch)}
         module, compiled, targs, ref, ref64 = torch_reference(args.model, feed, not args.no_compile)
         sync = torch.cuda.synchronize
         device_feed = {n: torch.from_numpy(v).cuda() for n, v in feed.items()}
