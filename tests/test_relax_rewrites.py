@@ -35,10 +35,11 @@ def test_awkward_matmul_width_is_padded_and_sliced_back(tmp_path):
     assert out.shape == (1, 4, columns) and rel_err(out, ref) < 1e-4
 
 
-def _attention_onnx(path, seq: int = 77, heads: int = 4, dim: int = 64) -> None:
-    """softmax(Q K^T / sqrt(d)) V over ``seq`` tokens, Q, K, V inputs: both matmuls take activations."""
+def _attention_onnx(path, seq: int = 77, heads: int = 4, dim: int = 64, causal: bool = False) -> None:
+    """softmax(Q K^T / sqrt(d) [+ causal mask]) V over ``seq`` tokens, Q, K, V inputs: both matmuls
+    take activations."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     def spec(name, shape):
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
@@ -46,12 +47,16 @@ def _attention_onnx(path, seq: int = 77, heads: int = 4, dim: int = 64) -> None:
     scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [dim ** -0.5])
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
              helper.make_node("MatMul", ["q", "kt"], ["raw"]),
-             helper.make_node("Mul", ["raw", "scale"], ["scores"]),
+             helper.make_node("Mul", ["raw", "scale"], ["scaled"]),
+             helper.make_node("Add" if causal else "Identity", ["scaled", "mask"] if causal else ["scaled"], ["scores"]),
              helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
              helper.make_node("MatMul", ["p", "v"], ["y"])]
     shape = [1, heads, seq, dim]
     graph = helper.make_graph(nodes, "attention", [spec("q", shape), spec("k", shape), spec("v", shape)],
                               [spec("y", shape)], initializer=[scale])
+    if causal:  # 0 on and below the diagonal, the lowest float above (as transformers' decoders)
+        mask = np.triu(np.full((seq, seq), np.finfo(np.float32).min, np.float32), 1)[None, None]
+        graph.initializer.append(numpy_helper.from_array(mask, "mask"))
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
@@ -85,6 +90,23 @@ def test_attention_over_an_awkward_sequence_pads_rows_keys_and_the_reduction_exa
     feed = {n: rng.standard_normal((1, 4, 77, 64)).astype(np.float32) for n in "qkv"}
     (ref,) = onnxruntime_outputs(model, feed)
     (out,) = rt.load(tmp_path / "attention.tar").run(None, feed)
+    assert np.std(ref) > 0 and rel_err(out, ref) < 1e-4
+
+
+def test_causal_attention_over_an_awkward_sequence_pads_its_mask_and_stays_exact(tmp_path):
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+
+    model = tmp_path / "causal.onnx"
+    _attention_onnx(model, causal=True)
+    manifest = build(str(model), tmp_path / "causal.tar", BuildOptions(scheduler="heuristic"))
+    assert manifest["plan"]["padded_matmuls"] == {"graph": 2}
+    names = [s["name"] for s in manifest["subgraphs"]]
+    assert not any("matmul" in n and "pad" in n for n in names), names  # no slice + re-pad of the scores
+    rng = np.random.default_rng(5)
+    feed = {n: rng.standard_normal((1, 4, 77, 64)).astype(np.float32) for n in "qkv"}
+    (ref,) = onnxruntime_outputs(model, feed)
+    (out,) = rt.load(tmp_path / "causal.tar").run(None, feed)
     assert np.std(ref) > 0 and rel_err(out, ref) < 1e-4
 
 

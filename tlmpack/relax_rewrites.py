@@ -27,7 +27,7 @@ from dataclasses import dataclass
 MAX_OVERHEAD = 0.125  # padding may add at most this fraction to an extent
 MIN_WORK = 1 << 20  # multiply-adds below which a matmul is not worth the extra pad/slice kernels
 MIN_EXTENT = 16  # extents below this fit one tile whatever they are
-_SCALAR_ARITHMETIC = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
+_ARITHMETIC = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
 
 
 @dataclass(frozen=True)
@@ -121,11 +121,12 @@ def pad_awkward_extents(mod, policy: PadPolicy):
             return self.builder_.emit(relax.op.nn.softmax(scores, axis=-1))
 
         def unsliced_scores(self, expr, to: tuple[int, ...], lowest: float):
-            """Scores S = f(our slice of a padded QK^T), f a chain of scalar-constant arithmetic
-            (the 1/sqrt(d) scale): f applied to the padded product plus a column mask (0 for the
-            real keys, the lowest float for the padded ones). The padded product's extra columns
-            are exactly 0 (K^T was zero-padded) and f(0) is finite, so this equals padding S with
-            the lowest float, without the slice and the pad copy in the QK^T kernel. Else None."""
+            """Scores S = f(our slice of a padded QK^T), f a chain of arithmetic with constants (the
+            1/sqrt(d) scale, a causal mask): f applied to the padded product, its constants padded
+            alike (0, or 1 for a divisor), plus a column mask (0 for the real keys, the lowest float
+            for the padded ones). The padded product's extra rows and columns are exactly 0 (Q and
+            K^T were zero-padded) and f of them is finite, so this equals padding S with the lowest
+            float, without the slice and the pad copy in the QK^T kernel. Else None."""
             chain = []
             while isinstance(expr, relax.Var):
                 value = self.lookup_binding(expr)
@@ -133,19 +134,22 @@ def pad_awkward_extents(mod, policy: PadPolicy):
                     product = value.args[0]
                     break
                 if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                        and value.op.name in _SCALAR_ARITHMETIC and len(value.args) == 2):
+                        and value.op.name in _ARITHMETIC and len(value.args) == 2):
                     return None
-                scalars = [i for i, arg in enumerate(value.args) if isinstance(arg, tvm.ir.expr.Constant)
-                           and arg.value.numpy().size == 1 and np.isfinite(arg.value.numpy()).all()]
-                if not scalars or (value.op.name == "relax.divide" and scalars != [1]):
+                constants = [i for i, arg in enumerate(value.args) if isinstance(arg, tvm.ir.expr.Constant)
+                             and np.isfinite(arg.value.numpy()).all()]
+                if len(constants) != 1 or (value.op.name == "relax.divide" and constants != [1]):
                     return None
-                chain.append((value.op, scalars[0], value.args[scalars[0]]))
-                expr = value.args[1 - scalars[0]]
+                chain.append((value.op, constants[0], value.args[constants[0]].value.numpy()))
+                expr = value.args[1 - constants[0]]
             else:
                 return None
-            keys = int(static_shape(expr)[-1])
-            for op, at, constant in reversed(chain):
-                args = [product, constant] if at == 1 else [constant, product]
+            rows, keys = static_shape(expr)[-2:]
+            grown = [_grown(array, rows, keys, to, 1 if op.name == "relax.divide" else 0) for op, _, array in chain]
+            if any(g is None for g in grown):
+                return None
+            for (op, at, _), array in reversed(list(zip(chain, grown, strict=True))):
+                args = [product, relax.const(array)] if at == 1 else [relax.const(array), product]
                 product = self.builder_.emit(relax.Call(op, args))
             mask = np.zeros(to[-1], dtype=str(product.ty.dtype))
             mask[keys:] = lowest
@@ -187,3 +191,19 @@ def pad_awkward_extents(mod, policy: PadPolicy):
     functions = dict(mod.functions.items())  # the same GlobalVars: calls into other functions still resolve
     functions[mod.get_global_var("main")] = main
     return tvm.IRModule(functions, attrs=mod.attrs), count[0]
+
+
+def _grown(array, rows: int, keys: int, to: tuple[int, ...], fill: float):
+    """A constant of the scores' chain broadcast over (rows, keys) padded to ``to``'s last two
+    extents with ``fill``; None when it does not broadcast that way."""
+    import numpy as np
+
+    if array.ndim > len(to):
+        return None
+    widths = [(0, 0)] * array.ndim
+    for axis, real in ((-1, keys), (-2, rows)):
+        if array.ndim >= -axis and array.shape[axis] != 1:
+            if array.shape[axis] != real:
+                return None
+            widths[axis] = (0, to[axis] - real)
+    return np.pad(array, widths, constant_values=fill) if array.ndim else array
