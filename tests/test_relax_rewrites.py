@@ -71,7 +71,8 @@ def test_policy_pads_to_the_first_preferred_multiple_within_the_overhead_bound()
 
     x86, cuda = policy_for(("x86",), x86_lanes=8), policy_for(("cuda",))
     assert [x86.padded(e) for e in (197, 77, 257, 50257, 1000, 768, 49, 7)] == [208, 80, 272, 50272, 1000, 768, 49, 7]
-    assert cuda.padded(197) == 208  # 224 would add 13.7 %
+    assert [x86.padded(e, rows=True) for e in (197, 77, 1000, 49)] == [200, 80, 1000, 49]  # rows: eights
+    assert cuda.padded(197) == cuda.padded(197, rows=True) == 208  # 224 would add 13.7 %
     assert cuda.padded(77) == 80 and cuda.padded(1000) == 1024
 
 

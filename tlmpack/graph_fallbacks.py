@@ -77,8 +77,9 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
                               task_prefix=task_prefix)
             graph.padded_matmuls = count
             if count:
-                say(f"{count} matmuls over awkward extents computed padded to multiples of "
-                    f"{'/'.join(map(str, current.pad.multiples))} and sliced back")
+                say(f"{count} matmuls over awkward extents computed padded (rows to multiples of "
+                    f"{'/'.join(map(str, current.pad.rows or current.pad.multiples))}, columns and reductions "
+                    f"of {'/'.join(map(str, current.pad.multiples))}) and sliced back")
             return graph, current, fallbacks
         except TlmpackBuildError as e:
             if not isinstance(e, LoweringError):

@@ -33,16 +33,19 @@ _ARITHMETIC = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
 @dataclass(frozen=True)
 class PadPolicy:
     """The multiples a target prefers for its loop extents, best first (the first one within the
-    overhead bound wins)."""
+    overhead bound wins): ``multiples`` for the columns (N) and the reduction (K), ``rows`` for M.
+    N and K share theirs: attention's keys are QK^T's N and P V's K, padded alike."""
 
     multiples: tuple[int, ...]
+    rows: tuple[int, ...] = ()  # empty: as ``multiples``
 
-    def padded(self, extent: int) -> int:
+    def padded(self, extent: int, rows: bool = False) -> int:
         """The extent to compute over: ``extent`` itself when it is small or already a multiple of
         the smallest preferred multiple, else the next multiple within the overhead bound."""
-        if extent < MIN_EXTENT or extent % min(self.multiples) == 0:
+        multiples = (self.rows or self.multiples) if rows else self.multiples
+        if extent < MIN_EXTENT or extent % min(multiples) == 0:
             return extent
-        for m in self.multiples:
+        for m in multiples:
             up = -(-extent // m) * m
             if up - extent <= MAX_OVERHEAD * extent:
                 return up
@@ -50,15 +53,20 @@ class PadPolicy:
 
 
 def policy_for(targets: tuple[str, ...], x86_lanes: int = 8) -> PadPolicy:
-    """x86 wants whole vectors (``x86_lanes`` floats); CUDA wants warp-sized tiles (32, else 16).
-    A graph shared by both targets takes the coarser multiples first."""
+    """x86 wants whole vectors (two, else one, of ``x86_lanes`` floats) along N and K, and rows in
+    eights (its register tile is at most 8 rows: 197 rows -> 200, not 208); CUDA wants warp-sized
+    tiles (32, else 16) everywhere. A graph shared by both targets takes the coarser multiples first."""
     multiples: list[int] = []
+    rows: list[int] = []
     if "cuda" in targets:
         multiples += [32, 16]
+        rows += [32, 16]
     if "x86" in targets:
         multiples += [2 * x86_lanes, x86_lanes]
-    ordered = sorted(set(multiples or [16, 8]), reverse=True)
-    return PadPolicy(tuple(ordered))
+        rows += [8]
+    if not multiples:
+        multiples, rows = [16, 8], [8]
+    return PadPolicy(tuple(sorted(set(multiples), reverse=True)), tuple(sorted(set(rows), reverse=True)))
 
 
 def pad_awkward_extents(mod, policy: PadPolicy):
@@ -169,7 +177,7 @@ def pad_awkward_extents(mod, policy: PadPolicy):
             batch = int(np.prod(out[:-2], dtype=np.int64)) if len(out) > 2 else 1
             if batch * m * n * k < MIN_WORK:
                 return call
-            pm, pn, pk = policy.padded(m), policy.padded(n), policy.padded(k)
+            pm, pn, pk = policy.padded(m, rows=True), policy.padded(n), policy.padded(k)
             if (pm, pn, pk) == (m, n, k):
                 return call
             count[0] += 1
