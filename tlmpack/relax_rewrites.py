@@ -4,8 +4,8 @@ pad_awkward_extents: MetaSchedule's design space has only perfect tiles, so a ma
 extent has no useful divisor (197 tokens, 77, GPT-2's 50257-wide LM head, 1000 classes...) gets a
 1 x 197 tile: scalar on x86, odd thread shapes on CUDA. Every matmul (constant weight or not,
 batched or not) whose M, N or K extent is awkward computes instead over a friendlier extent, the
-next multiple the target asks for (x86: the vector width; CUDA: a warp's quarter or more) as long as
-that adds at most ``MAX_OVERHEAD`` of the work, and is sliced back:
+next multiple the target asks for (``policy_for``: x86 whole vectors for N and K and eights for M,
+CUDA warp-sized tiles) as long as that adds at most ``MAX_OVERHEAD`` of the work, and is sliced back:
 
 - M (rows) and N (columns): the operand is padded with zeros and the product sliced back to the
   original rows/columns, so padded rows and columns never reach anything else;
