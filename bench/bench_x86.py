@@ -10,6 +10,8 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 2. for each scheduler (default: heuristic, the compile-time rules with fast math, and baseline,
    the first release's fixed rules with exact math, as it was built then): ``tlmpack build DIR/<name>.onnx -t x86 --scheduler S -o
    DIR/<name>.<S>.tar`` (subprocess; timed; reused when newer than the .onnx unless ``--rebuild``);
+   ``S/FLAG`` (e.g. ``heuristic/no-pad-extents``) adds ``--FLAG`` to that build: an A/B of a build switch;
+   ``--previous DIR`` times ``DIR/<name>.<S>.tar`` too (e.g. built by the previous commit), column ``S@prev``;
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
 4. both run the same input; rel err = ‖tlmpack − ORT‖ / ‖ORT‖;
@@ -220,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-append", action="store_true", help="do not append to BENCHMARKS.md")
     ap.add_argument("--note", default="", help="free text added under the table")
     ap.add_argument("--schedulers", default="heuristic,baseline",
-                    help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline)")
+                    help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline); "
+                         "SCHEDULER/FLAG[/FLAG] adds --FLAG to that build, e.g. heuristic/no-pad-extents")
+    ap.add_argument("--previous", type=Path, default=None, metavar="DIR",
+                    help="also time DIR/<model>.<scheduler>.tar (e.g. built by the previous commit) side by side, "
+                         "as column <scheduler>@prev; never rebuilt here")
     ap.add_argument("--baseline-fast-math", action="store_true",
                     help="build the baseline with fast math too (default: --exact-math, as the first release did)")
     args = ap.parse_args(argv)
@@ -256,9 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         fns = {}
         models = []
         for scheduler in schedulers if tlm_load is not None else []:
-            exact = scheduler == "baseline" and not args.baseline_fast_math
-            tar = args.dir / f"{name}.{scheduler}.tar"
-            extra = ["--scheduler", scheduler, "--exact-math" if exact else "--fast-math"]
+            base, *flags = scheduler.split("/")  # e.g. heuristic/no-pad-extents: build flags after the name
+            exact = base == "baseline" and not args.baseline_fast_math
+            tar = args.dir / f"{name}.{'-'.join([base, *flags])}.tar"
+            extra = ["--scheduler", base, "--exact-math" if exact else "--fast-math", *(f"--{f}" for f in flags)]
             build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
             row["build"][scheduler] = build_s
             if err:
@@ -278,6 +285,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:
                 row["status"].append(f"{scheduler}: load/run failed: {type(e).__name__}: {str(e)[:200]}")
                 print(f"[{name}] {row['status'][-1]}", flush=True)
+        for scheduler in schedulers if tlm_load is not None and args.previous else []:
+            tar = args.previous / f"{name}.{'-'.join(scheduler.split('/'))}.tar"
+            label = f"{scheduler}@prev"
+            if not tar.exists():
+                row["status"].append(f"{label}: no {tar}")
+                continue
+            model = tlm_load(tar, device="cpu", num_threads=threads)
+            models.append(model)
+            row["err"][label] = rel_err(model.run(None, feed)[0], ort_out)
+            fns[label] = lambda m=model, f=feed: m.run(None, f)
         fns["ort"] = lambda s=sess, f=feed: s.run(None, f)
         row["times"] = time_alternating(fns, args.runs, args.warmup)
         rows.append(row)
@@ -290,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             model.close()
         del sess
 
-    columns = [s for s in schedulers if any(s in r["times"] for r in rows)]
+    labels = schedulers + [f"{s}@prev" for s in schedulers]
+    columns = [s for s in labels if any(s in r["times"] for r in rows)]
     table = [
         "| model | " + " | ".join(f"{s} ms" for s in columns) + " | ORT ms | "
         + " | ".join(f"{s}/ORT" for s in columns) + " | " + " | ".join(f"{s} rel err" for s in columns)

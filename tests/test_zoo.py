@@ -16,7 +16,7 @@ TINY = zoo.names(tiny=True)
 
 
 def test_tiny_list():
-    assert set(TINY) == {"resnet-tiny", "bert-tiny", "gpt2-tiny", "mlp"}
+    assert set(TINY) == {"resnet-tiny", "bert-tiny", "gpt2-tiny", "mlp", "encoder-77-tiny"}
     assert set(zoo.BENCH_DEFAULT) <= set(zoo.names(tiny=False))
 
 

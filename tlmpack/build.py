@@ -51,11 +51,15 @@ class BuildOptions:
     cuda_pipeline: bool | None = None
     # Dynamic batch (build_batch.py): one plan per listed batch size; empty: the model's own shapes.
     batches: tuple[int, ...] = ()
+    # Matmuls over awkward extents (197 tokens, a 50257-wide LM head) computed over the next
+    # multiple the target prefers and sliced back (relax_rewrites.py); --no-pad-extents for as is.
+    pad_extents: bool = True
 
     def to_json(self) -> dict:
         out = {"targets": list(self.targets), "cpu": self.cpu, "scheduler": self.scheduler,
                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
         out["fast_math"] = self.fast_math
+        out["pad_extents"] = self.pad_extents
         out["disabled_rules"] = list(self.disabled_rules or ())
         if "cuda" in self.targets:
             out["cuda_pipeline"] = bool(self.cuda_pipeline)
@@ -107,6 +111,20 @@ def _unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
     if conv_layout == "NHWC":
         return (("conv2d", "channels-last convolution (the training data has NCHW ones only)"),)
     return ()
+
+
+def pad_policy(options: BuildOptions, targets: tuple[str, ...]):
+    """How awkward matmul extents are padded for a graph shared by ``targets`` (relax_rewrites.py),
+    or None with --no-pad-extents."""
+    if not options.pad_extents:
+        return None
+    from .lower.x86 import x86_target
+    from .relax_rewrites import policy_for
+    from .schedule.hardware import detect_x86
+
+    lanes = detect_x86(x86_target(options.cpu, options.cores).features, options.cores,
+                       options.cache_kib).lanes(32) if "x86" in options.targets else 8
+    return policy_for(targets, lanes)
 
 
 def resolve_x86_machine(options: BuildOptions) -> BuildOptions:
@@ -201,14 +219,17 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
     fallbacks: list = [Fallback("opset-upgrade", "graph", note) for note in imported.notes]
     for fallback in fallbacks:
         say(fallback.sentence())
+    # Awkward matmul extents are padded to what the graph's targets prefer (x86 vectors, CUDA warps).
     graph = None
     if cuda is not None or x86_layout is None:
-        graph, _, taken = lower_graph(imported.mod, Lowering(None, options.fast_math), say=say)
+        pad = pad_policy(options, options.targets if x86_layout is None else ("cuda",))
+        graph, _, taken = lower_graph(imported.mod, Lowering(None, options.fast_math, pad=pad), say=say)
         fallbacks += taken
     x86_source = graph if x86_layout is None else None
     if x86_layout is not None:
         say(f"lowering for x86 with {x86_layout} convolutions")
-        x86_source, used, taken = lower_graph(imported.mod, Lowering(x86_layout, options.fast_math),
+        pad = pad_policy(options, ("x86",))
+        x86_source, used, taken = lower_graph(imported.mod, Lowering(x86_layout, options.fast_math, pad=pad),
                                               task_prefix="x" if graph is not None else "k", say=say)
         fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
         x86_layout = used.conv_layout
@@ -279,7 +300,9 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
             "outputs": [s.to_json() for s in imported.outputs],
             "targets": [target_entries[t] for t in order],
             "memory": graph.memory_json(),
-            "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors)},
+            "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors),
+                     "padded_matmuls": {"graph": graph.padded_matmuls} | (
+                         {"x86": x86_source.padded_matmuls} if x86_source is not None and x86_source is not graph else {})},
             "subgraphs": subgraphs(graph, x86_source, records_by_target, order),
             "fallbacks": [f.to_json() for f in fallbacks],
         }

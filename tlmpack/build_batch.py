@@ -52,7 +52,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     import tvm
 
     from .batch_graph import merge_tasks, share_weights
-    from .build import TARGET_ORDER, _tlm_weights, _unseen_by_tlm
+    from .build import TARGET_ORDER, _tlm_weights, _unseen_by_tlm, pad_policy
     from .emit.manifest import write_manifest
     from .emit.package import add_runtime, choose_summary, link_model_library, subgraphs
     from .emit.plan_c import render_plan
@@ -88,11 +88,13 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     for b in batches:
         say(f"lowering the batch-{b} plan to fused TIR")
         if cuda is not None or x86_layout is None:
-            graphs[b], _, taken = lower_graph(imported[b].mod, Lowering(None, options.fast_math),
+            pad = pad_policy(options, options.targets if x86_layout is None else ("cuda",))
+            graphs[b], _, taken = lower_graph(imported[b].mod, Lowering(None, options.fast_math, pad=pad),
                                               task_prefix=f"b{b}k", say=say)
             fallbacks += [f for f in taken if f not in fallbacks]
         if x86_layout is not None:
-            x86_graphs[b], used, taken = lower_graph(imported[b].mod, Lowering(x86_layout, options.fast_math),
+            x86_graphs[b], used, taken = lower_graph(imported[b].mod, Lowering(x86_layout, options.fast_math,
+                                                                               pad=pad_policy(options, ("x86",))),
                                                      task_prefix=f"b{b}x", say=say)
             fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
             x86_layout = used.conv_layout

@@ -190,10 +190,13 @@ def main(debug: bool) -> None:
               help="Switch heuristic rules off by name (default: $TLMPACK_DISABLE_RULES, else none); recorded.")
 @click.option("--cuda-pipeline/--no-cuda-pipeline", default=None,
               help="CUDA matmul: prefer the pipelined sketch (default: $TLMPACK_CUDA_PIPELINE, else off); recorded.")
+@click.option("--pad-extents/--no-pad-extents", "pad_extents", default=True, show_default=True,
+              help="Compute matmuls whose extents have no useful factorisation (197 tokens, a 50257-wide LM head) "
+                   "over the next multiple the target prefers and slice back; exact.")
 @friendly_errors
 def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], cpu: str | None,
           cores: int | None, cache: str | None, scheduler: str, tlm_weights: tuple[str, ...], tune: int, cuda_archs: str | None, fast_math: bool,
-          disable_rules: str | None, cuda_pipeline: bool | None, batch: str | None = None,
+          disable_rules: str | None, cuda_pipeline: bool | None, pad_extents: bool = True, batch: str | None = None,
           max_batch: int | None = None) -> None:
     """Build MODEL (.onnx, .pt2, or package.module:factory) into an artifact."""
     missing = missing_compiler_modules(model)
@@ -209,7 +212,7 @@ def build(model: str, targets: str, output: str, input_shapes: tuple[str, ...], 
                            input_shapes=parse_input_shapes(input_shapes), scheduler=scheduler,
                            cuda_archs=tuple(a.strip() for a in (cuda_archs or "").split(",") if a.strip()),
                            fast_math=fast_math, tune=tune, tlm_weights=_parse_weights(tlm_weights),
-                           cuda_pipeline=cuda_pipeline, cores=cores, cache_kib=_parse_cache(cache),
+                           cuda_pipeline=cuda_pipeline, cores=cores, cache_kib=_parse_cache(cache), pad_extents=pad_extents,
                            disabled_rules=None if disable_rules is None else
                            tuple(r.strip() for r in disable_rules.split(",") if r.strip()),
                            batches=parse_batches(batch, max_batch))

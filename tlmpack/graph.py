@@ -13,6 +13,9 @@ from typing import Any
 import numpy as np
 
 from .errors import LoweringError, UnsupportedOperatorError
+from .relax_rewrites import PadPolicy, pad_awkward_extents, policy_for
+
+X86_PAD_POLICY = policy_for(("x86",))  # what a plain fuse_to_tir pads to (AVX2 lanes)
 
 ALIGNMENT = 64
 # Relax ops kept out of LegalizeOps: they only change the shape, so the plan turns them into views.
@@ -74,6 +77,7 @@ class Graph:
     outputs: list[int]
     weights: bytes = b""
     arena_bytes: int = 0
+    padded_matmuls: int = 0  # matmuls computed over padded extents (relax_rewrites.py)
     task_funcs: dict[str, Any] = field(default_factory=dict, repr=False)  # task id → tvm PrimFunc
 
     def memory_json(self) -> dict:
@@ -91,22 +95,20 @@ def has_conv2d(mod) -> bool:
 
 
 def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
-                pad_columns: bool = True):
+                pad_policy: PadPolicy | None = X86_PAD_POLICY):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
     TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86).
     ``conv_layout="NHWC"`` converts convolutions (and the ops between them) to channels-last, so a
     conv is a GEMM whose output channels are the contiguous, vectorised loop; the transposed
     weights fold into constants and transposes remain only at the model's edges. ``fold_constants``
-    and ``pad_columns`` (relax_rewrites.pad_matmul_columns) are optional too: graph_fallbacks.py
-    switches each off when TVM trips over it."""
+    and ``pad_policy`` (relax_rewrites.pad_awkward_extents; None: no padding) are optional too:
+    graph_fallbacks.py switches each off when TVM trips over it."""
     import tvm
     from tvm import relax
 
-    from .relax_rewrites import pad_matmul_columns
-
-    if pad_columns:
-        mod = pad_matmul_columns(mod)
+    if pad_policy is not None:
+        mod, _ = pad_awkward_extents(mod, pad_policy)
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([

@@ -1,7 +1,7 @@
 """Optional transformations with fallbacks: a valid model must build, at worst a little slower.
 
-The channels-last conversion, TVM's FastMathTransform, constant folding and the matmul column
-padding only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
+The channels-last conversion, TVM's FastMathTransform, constant folding and the padding of
+awkward matmul extents only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
 as ``R.nn.dropout`` with its mask used: ``Expected nested to match tuple``), so ``lower_graph``
 tries the full set first and switches transformations off one at a time, for the whole graph
 (Relax passes run on the whole module), until lowering and partitioning succeed. Per task,
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from .errors import LoweringError, TlmpackBuildError, one_line
 
@@ -22,7 +23,7 @@ from .errors import LoweringError, TlmpackBuildError, one_line
 class Fallback:
     """One optional transformation that was not applied, where, and the error that made us stop."""
 
-    # switched off: channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing |
+    # switched off: channels-last | fast-math | constant-folding | pad-awkward-extents | pre-packing |
     # cuda-schedule / x86-schedule (a task's chosen schedule that TVM cannot compile, replaced by
     # dlight's / the fixed rules');
     # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
@@ -44,14 +45,14 @@ class Lowering:
     conv_layout: str | None
     fast_math: bool
     fold_constants: bool = True
-    pad_columns: bool = True
+    pad: Any = None  # a relax_rewrites.PadPolicy: the multiples awkward matmul extents are padded to; None: off
 
 
 # (transformation name, how to switch it off), in the order they are given up
 _OPTIONAL = (
     ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None),
     ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math),
-    ("pad-matmul-columns", lambda lw: replace(lw, pad_columns=False), lambda lw: lw.pad_columns),
+    ("pad-awkward-extents", lambda lw: replace(lw, pad=None), lambda lw: lw.pad is not None),
     ("constant-folding", lambda lw: replace(lw, fold_constants=False), lambda lw: lw.fold_constants),
 )
 
@@ -62,13 +63,23 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
     TVM gets through. Returns (graph, the Lowering used, fallbacks). A failure with none left is
     the model's: a LoweringError (an UnsupportedOperatorError from partition passes through)."""
     from .graph import fuse_to_tir, partition
+    from .relax_rewrites import pad_awkward_extents
 
     current, fallbacks = wanted, []
     while True:
+        culprit = None  # a failure inside our own rewrite switches that rewrite off first
         try:
-            graph = partition(fuse_to_tir(mod, fast_math=current.fast_math, conv_layout=current.conv_layout,
-                                          fold_constants=current.fold_constants,
-                                          pad_columns=current.pad_columns), task_prefix=task_prefix)
+            culprit = "pad-awkward-extents"
+            padded, count = pad_awkward_extents(mod, current.pad) if current.pad is not None else (mod, 0)
+            culprit = None
+            graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
+                                          fold_constants=current.fold_constants, pad_policy=None),
+                              task_prefix=task_prefix)
+            graph.padded_matmuls = count
+            if count:
+                say(f"{count} matmuls over awkward extents computed padded (rows to multiples of "
+                    f"{'/'.join(map(str, current.pad.rows or current.pad.multiples))}, columns and reductions "
+                    f"of {'/'.join(map(str, current.pad.multiples))}) and sliced back")
             return graph, current, fallbacks
         except TlmpackBuildError as e:
             if not isinstance(e, LoweringError):
@@ -76,7 +87,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             error: Exception = e
         except Exception as e:  # TVM's InternalError, TypeError, ... from a pass
             error = e
-        step = next(((name, off) for name, off, applied in _OPTIONAL if applied(current)), None)
+        steps = [(name, off) for name, off, applied in _OPTIONAL if applied(current)]
+        step = next((st for st in steps if st[0] == culprit), steps[0] if steps else None)
         if step is None:
             if isinstance(error, LoweringError):
                 raise error

@@ -158,6 +158,22 @@ MODELS: dict[str, ModelSpec] = {
             description="2-layer LLaMA-7B-shaped decoder (HF LlamaForCausalLM), seq 128, output logits; "
             "~2.7 GB of fp32 weights, stored as external data NAME.onnx.data",
         ),
+        ModelSpec(
+            "encoder-197",
+            "_build_bert",
+            _ids(197, _BERT_VOCAB),
+            ("last_hidden_state",),
+            dict(
+                seq=197,
+                vocab_size=_BERT_VOCAB,
+                hidden_size=768,
+                num_hidden_layers=12,
+                num_attention_heads=12,
+                intermediate_size=3072,
+            ),
+            description="BERT-base-shaped encoder over 197 tokens (a ViT-B/16 sequence: 196 patches + CLS; "
+            "197 is prime), output last_hidden_state",
+        ),
         # ---- tiny variants (CI) ----
         ModelSpec(
             "resnet-tiny",
@@ -189,6 +205,22 @@ MODELS: dict[str, ModelSpec] = {
             ),
             tiny=True,
             description="BERT 2 layers, hidden 128, 2 heads, seq 32",
+        ),
+        ModelSpec(
+            "encoder-77-tiny",
+            "_build_bert",
+            _ids(77, _BERT_VOCAB),
+            ("last_hidden_state",),
+            dict(
+                seq=77,
+                vocab_size=_BERT_VOCAB,
+                hidden_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=512,
+            ),
+            tiny=True,
+            description="BERT 2 layers, hidden 128, 2 heads, seq 77 (7 x 11: awkward rows and keys)",
         ),
         ModelSpec(
             "gpt2-tiny",
