@@ -25,7 +25,8 @@ def _graph(batch: int, weight: bytes) -> Graph:
                Tensor(2, "w1", "float32", (4,), "arena", 2), Tensor(3, "y", "float32", (batch,), "arena", 3)]
     calls = [KernelCall(shared, (1, 2), 1), KernelCall(per_batch, (0, 3), 1)]
     tasks = [Task(shared, "add_w", "00", 1), Task(per_batch, "add_x", f"{batch:02x}", 1)]
-    return Graph(tensors, calls, tasks, [0], [3], weight, 256, {shared: _func(4), per_batch: _func(batch)})
+    return Graph(tensors, calls, tasks, [0], [3], weight, 256,
+                 task_funcs={shared: _func(4), per_batch: _func(batch)})
 
 
 def test_a_task_that_does_not_depend_on_the_batch_is_kept_once():

@@ -218,3 +218,13 @@ def test_tune_measures_the_tlm_and_rules_candidates_and_keeps_the_fastest(tmp_pa
         (schedule,) = subgraph["schedules"]
         assert schedule["chosen_by"] == "search" and "measured here" in schedule["note"]
         assert "heuristic" in schedule["note"] and "tlm_greedy" in schedule["note"]
+
+
+def test_auto_runs_the_tlm_on_x86_and_the_rules_on_cuda():
+    from tlmpack.build import BuildOptions
+    from tlmpack.schedule.select import scheduler_for
+
+    assert BuildOptions().scheduler == "auto"
+    assert scheduler_for("x86", "auto") == "tlm" and scheduler_for("cuda", "auto") == "heuristic"
+    assert scheduler_for("cuda", "tlm") == "tlm" and scheduler_for("cuda", "baseline") == "dlight"
+    assert scheduler_for("x86", "baseline") == "baseline"

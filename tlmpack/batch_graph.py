@@ -71,7 +71,8 @@ def merge_tasks(graphs: dict[int, Graph]) -> tuple[Graph, dict[int, Graph]]:
     for c in calls:
         counts[c.task] = counts.get(c.task, 0) + 1
     union = Graph(tensors, calls, [dataclasses.replace(t, calls=counts[t.id]) for t in tasks.values()],
-                  [], [], b"", max(g.arena_bytes for g in graphs.values()), funcs)
+                  [], [], b"", arena_bytes=max(g.arena_bytes for g in graphs.values()), task_funcs=funcs,
+                  padded_matmuls=max(g.padded_matmuls for g in graphs.values()))
     return union, renamed
 
 

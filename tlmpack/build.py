@@ -20,13 +20,10 @@ from .emit.package import add_runtime, choose_summary, link_cuda_plan, link_mode
 from .emit.plan_c import render_plan
 from .emit.tarball import write_reproducible_tar
 from .errors import LoweringError
+from .schedule.select import SCHEDULERS  # auto, tlm, heuristic, baseline, dlight: select.py says which runs
 
 SUPPORTED_TARGETS = ("x86", "cuda")
 TARGET_ORDER = ("cuda", "x86")
-# tlm: the Tensor Language Model, the rules where it falls back (schedule/select.py); heuristic: the
-# rules registry (schedule/heuristics); baseline: the first release's schedulers (fixed x86 rules,
-# TVM dlight on CUDA); dlight: the same as baseline, by the name CUDA users know.
-SCHEDULERS = ("tlm", "heuristic", "baseline", "dlight")
 
 
 @dataclass(frozen=True)
@@ -36,7 +33,7 @@ class BuildOptions:
     targets: tuple[str, ...] = ("x86",)
     cpu: str | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    scheduler: str = "tlm"  # tlm | heuristic | baseline (fixed x86 rules, dlight on CUDA)
+    scheduler: str = "auto"  # auto | tlm | heuristic | baseline (fixed x86 rules, dlight on CUDA)
     tune: int = 0  # > 0: measure this many candidates per x86 task on the build host, keep the fastest
     cores: int | None = None  # the x86 target's cores (parallel loops are split for them); default: this host's
     cache_kib: tuple[int, int, int] | None = None  # its L1d, L2 (per core) and L3 in KiB; default: this host's
@@ -82,9 +79,9 @@ def _build_cuda(stage: Path, graph, imported, cuda, say: Callable[[str], None],
     Returns the manifest's target entry, the schedule records, the TLM that chose and the fallbacks."""
     from .emit.cuda_plan import render_cuda_plan
     from .graph_fallbacks import cuda_kernels_with_fallback
-    from .schedule.select import SelectOptions, schedule_cuda_tasks
+    from .schedule.select import SelectOptions, schedule_cuda_tasks, scheduler_for
 
-    cuda_scheduler = options.scheduler if options.scheduler in ("tlm", "heuristic") else "dlight"
+    cuda_scheduler = scheduler_for("cuda", options.scheduler)
     say(f"scheduling {len(graph.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with {cuda_scheduler}")
     funcs, records, tlm = schedule_cuda_tasks(graph, cuda, say,
                                               scheduler=SelectOptions(cuda_scheduler, 0, _tlm_weights(options)))
@@ -206,14 +203,14 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
     from .lower.prepack import Packer
     from .lower.x86 import x86_target
     from .schedule.hardware import detect_x86
-    from .schedule.select import SelectOptions, schedule_tasks
+    from .schedule.select import SelectOptions, schedule_tasks, scheduler_for
 
     say(f"loading {model}")
     imported = load_model(model, options.input_shapes)
     say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
     # x86 heuristics run convolutions channels-last (a conv becomes a GEMM over output channels);
     # CUDA keeps the model's layout. With both targets the x86 plan has its own graph and weights.
-    x86_layout = ("NHWC" if "x86" in options.targets and options.scheduler in ("tlm", "heuristic")
+    x86_layout = ("NHWC" if "x86" in options.targets and scheduler_for("x86", options.scheduler) in ("tlm", "heuristic")
                   and has_conv2d(imported.mod) else None)
     # Every optional transformation falls back (graph_fallbacks.py); the manifest lists what fell back.
     fallbacks: list = [Fallback("opset-upgrade", "graph", note) for note in imported.notes]
@@ -254,9 +251,10 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
         if "x86" in options.targets:
             target = x86_target(options.cpu, options.cores)
             hardware = detect_x86(target.features, options.cores, options.cache_kib)
-            say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
+            say(f"scheduling {len(x86_source.tasks)} tasks for x86 ({target.cpu}, scheduler="
+                f"{scheduler_for('x86', options.scheduler)})")
             scheduled = schedule_tasks(x86_source, target.tvm_target(), "x86",
-                                       SelectOptions(options.scheduler, options.tune, _tlm_weights(options),
+                                       SelectOptions(scheduler_for("x86", options.scheduler), options.tune, _tlm_weights(options),
                                                      _unseen_by_tlm(x86_layout)),
                                        hardware.lanes(32), say,
                                        hardware)

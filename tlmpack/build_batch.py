@@ -67,7 +67,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     from .lower.x86 import x86_target
     from .runtime.batching import BATCH_PLANS_FILE, plan_costs, render_batch_plans
     from .schedule.hardware import detect_x86
-    from .schedule.select import SelectOptions, schedule_tasks
+    from .schedule.select import SelectOptions, schedule_tasks, scheduler_for
 
     batches = options.batches
     largest = max(batches)
@@ -80,7 +80,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     inputs = _dynamic_specs({b: m.inputs for b, m in imported.items()}, "input")
     outputs = _dynamic_specs({b: m.outputs for b, m in imported.items()}, "output")
     cuda = cuda_target(options.cuda_archs) if "cuda" in options.targets else None
-    x86_layout = ("NHWC" if "x86" in options.targets and options.scheduler in ("tlm", "heuristic")
+    x86_layout = ("NHWC" if "x86" in options.targets and scheduler_for("x86", options.scheduler) in ("tlm", "heuristic")
                   and has_conv2d(first.mod) else None)
     fallbacks: list = [Fallback("opset-upgrade", "graph", note) for note in first.notes]
     graphs: dict[int, object] = {}
@@ -138,9 +138,10 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
         if "x86" in options.targets:
             target = x86_target(options.cpu, options.cores)
             hardware = detect_x86(target.features, options.cores, options.cache_kib)
-            say(f"scheduling {len(x86_union.tasks)} tasks for x86 ({target.cpu}, scheduler={options.scheduler})")
+            say(f"scheduling {len(x86_union.tasks)} tasks for x86 ({target.cpu}, scheduler="
+                f"{scheduler_for('x86', options.scheduler)})")
             scheduled = schedule_tasks(x86_union, target.tvm_target(), "x86",
-                                       SelectOptions(options.scheduler, options.tune, _tlm_weights(options),
+                                       SelectOptions(scheduler_for("x86", options.scheduler), options.tune, _tlm_weights(options),
                                                      _unseen_by_tlm(x86_layout)),
                                        hardware.lanes(32), say, hardware)
             if scheduled.tlm is not None:
@@ -209,9 +210,9 @@ def _build_cuda_plans(stage: Path, union, graphs: dict, inputs: list, outputs: l
     from .emit.cuda_plan import render_cuda_plan
     from .emit.package import link_cuda_plan
     from .graph_fallbacks import cuda_kernels_with_fallback
-    from .schedule.select import SelectOptions, schedule_cuda_tasks
+    from .schedule.select import SelectOptions, schedule_cuda_tasks, scheduler_for
 
-    cuda_scheduler = options.scheduler if options.scheduler in ("tlm", "heuristic") else "dlight"
+    cuda_scheduler = scheduler_for("cuda", options.scheduler)
     say(f"scheduling {len(union.tasks)} tasks for CUDA ({', '.join(cuda.archs)}) with {cuda_scheduler}")
     funcs, records, tlm = schedule_cuda_tasks(union, cuda, say,
                                               scheduler=SelectOptions(cuda_scheduler, 0, _tlm_weights(options)))

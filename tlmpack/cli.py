@@ -173,9 +173,10 @@ def main(debug: bool) -> None:
 @click.option("--fast-math/--exact-math", "fast_math", default=True, show_default=True,
               help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform), checked within 1e-4 "
                    "of onnxruntime/torch on x86 and CUDA; --exact-math keeps libm's functions.")
-@click.option("--scheduler", default="tlm", show_default=True,
-              type=click.Choice(["tlm", "heuristic", "baseline", "dlight"]),
-              help="Who picks the schedules: tlm (the Tensor Language Model, no search; the rules where it is "
+@click.option("--scheduler", default="auto", show_default=True,
+              type=click.Choice(["auto", "tlm", "heuristic", "baseline", "dlight"]),
+              help="Who picks the schedules: auto (tlm on x86, heuristic on CUDA, where the shipped CUDA model "
+                   "lost to the rules on whole models), tlm (the Tensor Language Model, no search; the rules where it is "
                    "unsure or the task is unlike its training), heuristic (compile-time rules from the hardware "
                    "description), or baseline/dlight (the first release's fixed x86 rules and TVM dlight on CUDA). "
                    "tlm and heuristic pre-pack x86 weights.")

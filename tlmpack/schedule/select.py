@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..graph import Graph
@@ -166,7 +166,20 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
     return None
 
 
-SCHEDULERS = ("tlm", "heuristic", "baseline", "dlight")
+SCHEDULERS = ("auto", "tlm", "heuristic", "baseline", "dlight")
+# What "auto" (the default) runs per target: the TLM on x86, where whole seed models built with it
+# match the rules; the rules on CUDA, where the shipped CUDA model lost to them on three of four seed
+# models on the H200 (BENCHMARKS.md, 2026-12-01) although it beat them on held-out corpus tasks.
+AUTO_SCHEDULER = {"x86": "tlm", "cuda": "heuristic"}
+
+
+def scheduler_for(target_kind: str, scheduler: str) -> str:
+    """The scheduler a target runs for the build option ``scheduler``: ``auto`` resolved per target;
+    on CUDA, baseline is dlight (the first release's CUDA scheduler)."""
+    chosen = AUTO_SCHEDULER[target_kind] if scheduler == "auto" else scheduler
+    if target_kind == "cuda" and chosen not in ("tlm", "heuristic"):
+        return "dlight"
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -363,6 +376,7 @@ def schedule_tasks(graph: Graph, target, target_id: str, scheduler: str | Select
     options = scheduler if isinstance(scheduler, SelectOptions) else SelectOptions(scheduler)
     if options.scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {options.scheduler!r}; expected one of {SCHEDULERS}")
+    options = replace(options, scheduler=scheduler_for("x86", options.scheduler))
     if hardware is None:
         from .hardware import detect_x86
 
@@ -416,6 +430,7 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
     from .space import import_tensor_intrinsics
 
     options = scheduler if isinstance(scheduler, SelectOptions) else SelectOptions(scheduler)
+    options = replace(options, scheduler=scheduler_for("cuda", options.scheduler))
     import_tensor_intrinsics(())  # dlight's Matmul may import the CUDA intrinsics: not the whole package
     tvm_target = target.tvm_target()
     funcs: dict[str, Any] = {}
