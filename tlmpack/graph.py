@@ -91,14 +91,16 @@ def has_conv2d(mod) -> bool:
 
 
 def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
-                pad_columns: bool = True):
+                pad_columns: bool = True, layout_ops: bool = True):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
     TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86).
     ``conv_layout="NHWC"`` converts convolutions (and the ops between them) to channels-last, so a
     conv is a GEMM whose output channels are the contiguous, vectorised loop; the transposed
     weights fold into constants and transposes remain only at the model's edges. ``fold_constants``
-    and ``pad_columns`` (relax_rewrites.pad_matmul_columns) are optional too: graph_fallbacks.py
+    and ``pad_columns`` (relax_rewrites.pad_matmul_columns) are optional too, and so is
+    ``layout_ops`` (layout_ops.py: with a conv layout, the importer's TIR calls for Pad and Clip
+    become Relax ops first, so ConvertLayout leaves no transposes around them): graph_fallbacks.py
     switches each off when TVM trips over it."""
     import tvm
     from tvm import relax
@@ -107,6 +109,10 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
 
     if pad_columns:
         mod = pad_matmul_columns(mod)
+    if conv_layout and layout_ops:
+        from .layout_ops import tir_calls_to_relax_ops
+
+        mod, _ = tir_calls_to_relax_ops(mod)
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([

@@ -1,7 +1,7 @@
 """Optional transformations with fallbacks: a valid model must build, at worst a little slower.
 
-The channels-last conversion, TVM's FastMathTransform, constant folding and the matmul column
-padding only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
+The channels-last conversion (and layout_ops.py's rewrites, which serve it), TVM's
+FastMathTransform, constant folding and the matmul column padding only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
 as ``R.nn.dropout`` with its mask used: ``Expected nested to match tuple``), so ``lower_graph``
 tries the full set first and switches transformations off one at a time, for the whole graph
 (Relax passes run on the whole module), until lowering and partitioning succeed. Per task,
@@ -22,7 +22,7 @@ from .errors import LoweringError, TlmpackBuildError, one_line
 class Fallback:
     """One optional transformation that was not applied, where, and the error that made us stop."""
 
-    # switched off: channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing |
+    # switched off: layout-ops | channels-last | fast-math | constant-folding | pad-matmul-columns | pre-packing |
     # cuda-schedule / x86-schedule (a task's chosen schedule that TVM cannot compile, replaced by
     # dlight's / the fixed rules');
     # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
@@ -45,10 +45,12 @@ class Lowering:
     fast_math: bool
     fold_constants: bool = True
     pad_columns: bool = True
+    layout_ops: bool = True  # layout_ops.py, with a conv layout only
 
 
 # (transformation name, how to switch it off), in the order they are given up
 _OPTIONAL = (
+    ("layout-ops", lambda lw: replace(lw, layout_ops=False), lambda lw: lw.layout_ops and lw.conv_layout is not None),
     ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None),
     ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math),
     ("pad-matmul-columns", lambda lw: replace(lw, pad_columns=False), lambda lw: lw.pad_columns),
@@ -68,7 +70,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
         try:
             graph = partition(fuse_to_tir(mod, fast_math=current.fast_math, conv_layout=current.conv_layout,
                                           fold_constants=current.fold_constants,
-                                          pad_columns=current.pad_columns), task_prefix=task_prefix)
+                                          pad_columns=current.pad_columns, layout_ops=current.layout_ops),
+                              task_prefix=task_prefix)
             return graph, current, fallbacks
         except TlmpackBuildError as e:
             if not isinstance(e, LoweringError):
