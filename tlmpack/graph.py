@@ -100,7 +100,8 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     weights fold into constants and transposes remain only at the model's edges. ``fold_constants``
     and ``pad_columns`` (relax_rewrites.pad_matmul_columns) are optional too, and so is
     ``layout_ops`` (layout_ops.py: with a conv layout, the importer's TIR calls for Pad and Clip
-    become Relax ops first, so ConvertLayout leaves no transposes around them): graph_fallbacks.py
+    become Relax ops first, so ConvertLayout leaves no transposes around them, and a transpose
+    that only moves unit axes becomes a reshape, so a view): graph_fallbacks.py
     switches each off when TVM trips over it."""
     import tvm
     from tvm import relax
@@ -109,14 +110,16 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
 
     if pad_columns:
         mod = pad_matmul_columns(mod)
-    if conv_layout and layout_ops:
-        from .layout_ops import tir_calls_to_relax_ops
+    rewrite_for_layout = bool(conv_layout and layout_ops)
+    if rewrite_for_layout:
+        from .layout_ops import tir_calls_to_relax_ops, unit_transposes_pass
 
         mod, _ = tir_calls_to_relax_ops(mod)
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([
         *([relax.transform.ConvertLayout(layout)] if layout else []),
+        *([unit_transposes_pass()] if rewrite_for_layout else []),
         *([relax.transform.FastMathTransform()] if fast_math else []),  # rewrites Relax ops: first
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),

@@ -4,14 +4,16 @@ The importer writes Pad and Clip as ``R.call_tir`` of a TOPI function (``bb.emit
 ConvertLayout cannot look inside a TIR call, so on the x86 channels-last path it surrounds every
 one with a pair of transposes, and those transposes split each convolution from its element-wise
 tail (MobileNetV2: 35 Clip and 17 Pad calls; EfficientNet-B0: a Pad before each of its 81
-convolutions). Two rewrites, each keeping the model's meaning exactly:
+convolutions). The rewrites, each keeping the model's meaning exactly:
 
 - ``pad-into-conv``: a zero Pad of the spatial axes whose every user is an NCHW convolution's data
   becomes part of those convolutions' ``padding`` (TF-style "same" padding, EfficientNet's no-op
   pads before 1x1 convolutions);
 - ``clip-to-relax``: Clip's maximum / minimum against a scalar become ``R.maximum`` /
   ``R.minimum``, which ConvertLayout knows and FuseOps fuses into the convolution before them;
-  ``R.clip`` (the torch importer's ReLU6), which ConvertLayout does not know either, becomes the same pair.
+  ``R.clip`` (the torch importer's ReLU6), which ConvertLayout does not know either, becomes the same pair;
+- after ConvertLayout, ``unit_transposes_to_reshapes``: a transpose that only moves unit axes
+  (NHWC → NCHW of a globally pooled [1, 1, 1, C] before Flatten) is a reshape, so a view.
 
 A TIR call is recognised by structural equality with what ``emit_te`` of the same TOPI function
 gives for the same argument types, never by its name. ``graph_fallbacks.py`` switches this module
@@ -182,3 +184,51 @@ def _clip_bounds(call) -> tuple[float, float] | None:
         return float(call.args[1].value.value), float(call.args[2].value.value)
     except (AttributeError, TypeError):
         return None
+
+
+def _only_moves_unit_axes(shape: list[int], axes: list[int]) -> bool:
+    """Whether permuting ``shape`` by ``axes`` keeps the order of every axis longer than 1: then
+    the bytes do not move and the transpose is a reshape."""
+    moved = [a for a in axes if shape[a] != 1]
+    return moved == sorted(moved)
+
+
+def unit_transposes_to_reshapes(mod):
+    """``mod`` with every ``R.permute_dims`` that only moves unit axes (ConvertLayout's NHWC → NCHW
+    of a globally pooled [1, 1, 1, C] before a flatten) as ``R.reshape``, which the plan makes a
+    view instead of a kernel. Transposes of constants are left to FoldConstant."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    permute = tvm.ir.Op.get("relax.permute_dims")
+
+    @mutator
+    class _Rewrite(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(permute)):
+                return call
+            source = call.args[0]
+            shape = _static_shape(source.ty)
+            if shape is None or isinstance(source, tvm.ir.expr.Constant):
+                return call
+            axes = list(range(len(shape)))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+            if not _only_moves_unit_axes(shape, axes):
+                return call
+            return relax.op.reshape(source, [shape[a] for a in axes])
+
+    main = _Rewrite().visit_expr(mod["main"])
+    if main.same_as(mod["main"]):
+        return mod
+    functions = dict(mod.functions.items())
+    functions[mod.get_global_var("main")] = main
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def unit_transposes_pass():
+    """unit_transposes_to_reshapes as a module pass, to run right after ConvertLayout."""
+    import tvm
+
+    return tvm.ir.transform.module_pass(lambda mod, _ctx: unit_transposes_to_reshapes(mod), opt_level=0,
+                                        name="tlmpack.UnitTransposesToReshapes")
