@@ -2,7 +2,7 @@
 """tlmpack vs onnxruntime on x86 CPU, side by side.
 
     python bench/bench_x86.py [models...] [--dir DIR] [--threads T] [--runs N] [--warmup W]
-                              [--schedulers heuristic,baseline] [--baseline-fast-math]
+                              [--schedulers heuristic,baseline] [--baseline-fast-math] [--compare LABEL=PATH]
 
 For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 
@@ -16,6 +16,10 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 5. three rounds; in each, every engine (rotating which goes first) runs ``--warmup`` untimed
    runs and then a third of ``--runs`` timed runs back to back, so each is timed warm and drift
    hits all engines alike; the table shows medians.
+
+``--compare LABEL=PATH`` adds prebuilt artifacts (``{model}`` in PATH is the model's name), e.g.
+the same models built by the commit before a change, timed in the same rounds: a before/after
+against onnxruntime in one run.
 
 The table is printed and appended to BENCHMARKS.md (``--no-append`` to skip) with the date, CPU
 model, core count, thread count and the exact command. ``--ort-only`` times onnxruntime alone
@@ -223,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline)")
     ap.add_argument("--baseline-fast-math", action="store_true",
                     help="build the baseline with fast math too (default: --exact-math, as the first release did)")
+    ap.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
+                    help="also time a prebuilt artifact, e.g. before=out/bench/{model}.before.tar (built by "
+                         "another commit; {model} is the model's name; repeatable): a before/after in one run")
     args = ap.parse_args(argv)
     command = "python " + shlex.join(
         [os.path.relpath(__file__, Path.cwd())] + (sys.argv[1:] if argv is None else argv)
@@ -247,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
             print(tlm_note, flush=True)
 
     schedulers = [x.strip() for x in args.schedulers.split(",") if x.strip()]
+    prebuilt = dict(c.split("=", 1) for c in args.compare)
+    if any(label in schedulers or not template for label, template in prebuilt.items()):
+        ap.error("--compare needs LABEL=PATH with a label that is not one of --schedulers")
     rows = []
     for name in args.models:
         row = dict(model=name, times={}, err={}, build={}, status=[])
@@ -255,11 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         ort_out = sess.run(None, feed)[0]
         fns = {}
         models = []
-        for scheduler in schedulers if tlm_load is not None else []:
-            exact = scheduler == "baseline" and not args.baseline_fast_math
-            tar = args.dir / f"{name}.{scheduler}.tar"
-            extra = ["--scheduler", scheduler, "--exact-math" if exact else "--fast-math"]
-            build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
+        for scheduler in [*schedulers, *prebuilt] if tlm_load is not None else []:
+            if scheduler in prebuilt:
+                tar = Path(prebuilt[scheduler].format(model=name))
+                build_s, err = None, "" if tar.exists() else f"no prebuilt artifact {tar}"
+            else:
+                exact = scheduler == "baseline" and not args.baseline_fast_math
+                tar = args.dir / f"{name}.{scheduler}.tar"
+                extra = ["--scheduler", scheduler, "--exact-math" if exact else "--fast-math"]
+                build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
             row["build"][scheduler] = build_s
             if err:
                 row["status"].append(f"{scheduler}: {err}")
@@ -290,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             model.close()
         del sess
 
-    columns = [s for s in schedulers if any(s in r["times"] for r in rows)]
+    columns = [s for s in [*schedulers, *prebuilt] if any(s in r["times"] for r in rows)]
     table = [
         "| model | " + " | ".join(f"{s} ms" for s in columns) + " | ORT ms | "
         + " | ".join(f"{s}/ORT" for s in columns) + " | " + " | ".join(f"{s} rel err" for s in columns)
@@ -326,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if tlm_note:
         header.append(f"- note: {tlm_note}")
+    for label, template in prebuilt.items():
+        header.append(f"- {label}: prebuilt artifacts {template} (not rebuilt by this run)")
     if args.note:
         header.append(f"- note: {args.note}")
     block = "\n".join(header + [""] + table + [""])
