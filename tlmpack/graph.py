@@ -94,7 +94,8 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
                 pad_columns: bool = True, layout_ops: bool = True):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
-    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86).
+    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86), sigmoid
+    included (fast_sigmoid.py).
     ``conv_layout="NHWC"`` converts convolutions (and the ops between them) to channels-last, so a
     conv is a GEMM whose output channels are the contiguous, vectorised loop; the transposed
     weights fold into constants and transposes remain only at the model's edges. ``fold_constants``
@@ -106,6 +107,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     import tvm
     from tvm import relax
 
+    from .fast_sigmoid import sigmoid_through_exp_pass
     from .relax_rewrites import pad_matmul_columns
 
     if pad_columns:
@@ -120,7 +122,8 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     passes = tvm.ir.transform.Sequential([
         *([relax.transform.ConvertLayout(layout)] if layout else []),
         *([unit_transposes_pass()] if rewrite_for_layout else []),
-        *([relax.transform.FastMathTransform()] if fast_math else []),  # rewrites Relax ops: first
+        *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first
+          if fast_math else []),
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),
         *([relax.transform.FoldConstant()] if fold_constants else []),
