@@ -149,7 +149,7 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
         for sketch in rule.sketch_order([space.steps(i) for i in range(len(space.sketches))], task, hardware):
             if not 0 <= sketch < len(space.sketches):
                 continue
-            sites = space.sites(sketch)
+            sites = space.sites(sketch, locations=rule.wants_locations)
             t0 = time.perf_counter()
             try:
                 chosen = rule.decisions(task, sites, hardware)

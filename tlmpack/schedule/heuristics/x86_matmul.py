@@ -86,6 +86,20 @@ def row_block(row_tiles: int, parallel_other: int, cores: int) -> int:
     return 1
 
 
+def is_convolution(task: TaskClass) -> bool:
+    return "conv" in task.block
+
+
+def producer_location(task: TaskClass, site: SamplingSite) -> int:
+    """Where a producer of the main block (a convolution's padding) is computed: under the
+    outermost tile level of a convolution's loops, so each parallel chunk pads just the input
+    rows it reads while they are in cache, when TVM allows that loop; else its own block."""
+    under_outer_tiles = len(task.spatial) - 1
+    if is_convolution(task) and under_outer_tiles in site.candidates:
+        return under_outer_tiles
+    return -1
+
+
 @register
 class X86Matmul(Rule):
     name = "x86-matmul"
@@ -94,9 +108,11 @@ class X86Matmul(Rule):
     def is_eligible(self, task: TaskClass, hardware) -> bool:
         return task.kind == "matmul" and len(task.spatial) >= 2
 
+    wants_locations = True  # a convolution's padding goes under its parallel loop (module notes)
+
     def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         order = list(range(len(sketches)))
-        if task.epilogue_growth >= 2:  # a broadcast epilogue: inside the tile, see the module notes
+        if task.epilogue_growth >= 2 or is_convolution(task):  # the epilogue inside the tile: module notes
             fused = [i for i in order if "ReverseComputeAt" in sketches[i]]
             order = fused + [i for i in order if i not in fused]
         return order
@@ -134,5 +150,5 @@ class X86Matmul(Rule):
             elif site.kind == "categorical":
                 chosen[site.index] = site.candidates.index(64) if 64 in site.candidates else len(site.candidates) // 2
             elif site.kind == "compute_location":
-                chosen[site.index] = -1  # padding and other producers: their own block
+                chosen[site.index] = producer_location(task, site)
         return chosen
