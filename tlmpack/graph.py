@@ -114,14 +114,11 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         mod = pad_matmul_columns(mod)
     rewrite_for_layout = bool(conv_layout and layout_ops)
     if rewrite_for_layout:
-        from .layout_ops import tir_calls_to_relax_ops, unit_transposes_pass
+        from . import layout_ops as rewrites
 
-        mod, _ = tir_calls_to_relax_ops(mod)
+        mod = rewrites.before_conversion(mod)  # a failure here is a LayoutRewriteError: its own fallback
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
-    layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([
-        *([relax.transform.ConvertLayout(layout)] if layout else []),
-        *([unit_transposes_pass()] if rewrite_for_layout else []),
         *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first
           if fast_math else []),
         relax.transform.LegalizeOps(customize_legalize_map=keep),
@@ -131,6 +128,13 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(["main"]),
     ])
+    try:
+        if conv_layout:
+            mod = relax.transform.ConvertLayout({"relax.nn.conv2d": [conv_layout, "OHWI"]})(mod)
+    except Exception as e:
+        raise LoweringError(f"Relax could not lower the model to TIR: {type(e).__name__}: {e}") from None
+    if rewrite_for_layout:
+        mod = rewrites.after_conversion(mod)
     try:
         return passes(mod)
     except Exception as e:

@@ -48,13 +48,26 @@ class Lowering:
     layout_ops: bool = True  # layout_ops.py, with a conv layout only
 
 
-# (transformation name, how to switch it off), in the order they are given up
+def _any(error: Exception) -> bool:
+    return True
+
+
+def _layout_rewrite(error: Exception) -> bool:
+    from .layout_ops import LayoutRewriteError
+
+    return isinstance(error, LayoutRewriteError)
+
+
+# (transformation name, how to switch it off, whether applied, whether an error can be its), in the
+# order they are given up; layout_ops.py's rewrites report their own failures, so a ConvertLayout
+# failure turns channels-last off, not them
 _OPTIONAL = (
-    ("layout-ops", lambda lw: replace(lw, layout_ops=False), lambda lw: lw.layout_ops and lw.conv_layout is not None),
-    ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None),
-    ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math),
-    ("pad-matmul-columns", lambda lw: replace(lw, pad_columns=False), lambda lw: lw.pad_columns),
-    ("constant-folding", lambda lw: replace(lw, fold_constants=False), lambda lw: lw.fold_constants),
+    ("layout-ops", lambda lw: replace(lw, layout_ops=False), lambda lw: lw.layout_ops and lw.conv_layout is not None,
+     _layout_rewrite),
+    ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None, _any),
+    ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math, _any),
+    ("pad-matmul-columns", lambda lw: replace(lw, pad_columns=False), lambda lw: lw.pad_columns, _any),
+    ("constant-folding", lambda lw: replace(lw, fold_constants=False), lambda lw: lw.fold_constants, _any),
 )
 
 
@@ -79,7 +92,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             error: Exception = e
         except Exception as e:  # TVM's InternalError, TypeError, ... from a pass
             error = e
-        step = next(((name, off) for name, off, applied in _OPTIONAL if applied(current)), None)
+        step = next(((name, off) for name, off, applied, blamed in _OPTIONAL if applied(current) and blamed(error)),
+                    None)
         if step is None:
             if isinstance(error, LoweringError):
                 raise error

@@ -24,7 +24,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import LoweringError, one_line
+
 MAX_PAD = 8  # spatial pads tried per axis when recognising a Pad (models pad by 0-3)
+
+
+class LayoutRewriteError(LoweringError):
+    """One of this module's rewrites failed: graph_fallbacks.py builds without them ("layout-ops")."""
+
+
+def before_conversion(mod):
+    """tir_calls_to_relax_ops, its failure a LayoutRewriteError."""
+    try:
+        return tir_calls_to_relax_ops(mod)[0]
+    except Exception as e:
+        raise LayoutRewriteError(f"layout-ops rewrite failed: {one_line(e)}") from None
+
+
+def after_conversion(mod):
+    """unit_transposes_to_reshapes, its failure a LayoutRewriteError."""
+    try:
+        return unit_transposes_to_reshapes(mod)
+    except Exception as e:
+        raise LayoutRewriteError(f"layout-ops rewrite failed: {one_line(e)}") from None
 
 
 def _emit_te_func(fn, arg_types: list, *extra):
@@ -224,11 +246,3 @@ def unit_transposes_to_reshapes(mod):
     functions = dict(mod.functions.items())
     functions[mod.get_global_var("main")] = main
     return tvm.IRModule(functions, attrs=mod.attrs)
-
-
-def unit_transposes_pass():
-    """unit_transposes_to_reshapes as a module pass, to run right after ConvertLayout."""
-    import tvm
-
-    return tvm.ir.transform.module_pass(lambda mod, _ctx: unit_transposes_to_reshapes(mod), opt_level=0,
-                                        name="tlmpack.UnitTransposesToReshapes")
