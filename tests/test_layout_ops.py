@@ -151,6 +151,14 @@ def test_clip_and_silu_tails_fuse_into_their_convolutions(tmp_path):
 
 
 @pytest.mark.parametrize("make", [relu6_cnn, silu_se_cnn])
+def test_a_channels_last_global_pool_is_a_matmul_over_the_channels(tmp_path, make):
+    names = [t.name for t in _x86_graph(make(tmp_path)).tasks]
+    assert not any(n.startswith("mean") for n in names), names
+    matmuls = sum(n.startswith(("matmul", "fused_matmul")) for n in names)
+    assert matmuls == 2 + (make is silu_se_cnn), names  # the head's MatMul, its pool, the SE block's pool
+
+
+@pytest.mark.parametrize("make", [relu6_cnn, silu_se_cnn])
 def test_channels_last_cnn_matches_onnxruntime(tmp_path, make):
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
