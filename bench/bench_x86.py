@@ -176,17 +176,21 @@ def ort_session(onnx_path: Path, threads: int):
     return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
 
-def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: int = 3) -> dict[str, list[float]]:
+def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: int = 3,
+                     gate=None) -> dict[str, list[float]]:
     """``rounds`` rounds; in each, every engine (in rotated order) runs ``warmup`` untimed runs and
     then about runs / rounds timed runs back to back. The untimed runs absorb the switch from the
     previous engine (its spinning worker threads, caches, an idle core's wake-up), so each engine is
-    timed warm and steady, and drift over the rounds hits all engines alike."""
+    timed warm and steady, and drift over the rounds hits all engines alike. ``gate``
+    (tlmpack.training.host_gate.HostGate) holds each block while the host's other tenants are busy."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
     per_round = max(1, -(-runs // rounds))
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
+            if gate is not None:
+                gate.wait()
             for _ in range(warmup):
                 fns[n]()
             for _ in range(per_round):
@@ -227,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated tlmpack schedulers to build and time (default: heuristic,baseline)")
     ap.add_argument("--baseline-fast-math", action="store_true",
                     help="build the baseline with fast math too (default: --exact-math, as the first release did)")
+    ap.add_argument("--host-wait-s", type=float, default=0.0,
+                    help="before each engine's block, wait up to this many seconds in all for a quiet host "
+                         "(tlmpack's host gate; default 0: time whatever the host does)")
     ap.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
                     help="also time a prebuilt artifact, e.g. before=out/bench/{model}.before.tar (built by "
                          "another commit; {model} is the model's name; repeatable): a before/after in one run")
@@ -253,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
             tlm_note = f"tlmpack.runtime unavailable ({type(e).__name__}: {e}); ORT only"
             print(tlm_note, flush=True)
 
+    gate = None
+    if args.host_wait_s > 0:
+        from tlmpack.training.host_gate import HostGate
+
+        gate = HostGate(args.host_wait_s)
     schedulers = [x.strip() for x in args.schedulers.split(",") if x.strip()]
     prebuilt = dict(c.split("=", 1) for c in args.compare)
     if any(label in schedulers or not template for label, template in prebuilt.items()):
@@ -293,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["status"].append(f"{scheduler}: load/run failed: {type(e).__name__}: {str(e)[:200]}")
                 print(f"[{name}] {row['status'][-1]}", flush=True)
         fns["ort"] = lambda s=sess, f=feed: s.run(None, f)
-        row["times"] = time_alternating(fns, args.runs, args.warmup)
+        row["times"] = time_alternating(fns, args.runs, args.warmup, gate=gate)
         rows.append(row)
         ort_ms = statistics.median(row["times"]["ort"])
         print(f"[{name}] ORT {ort_ms * 1e3:.2f} ms; " + "; ".join(
@@ -340,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if tlm_note:
         header.append(f"- note: {tlm_note}")
+    if gate is not None:
+        header.append(f"- host gate: each block waited for a quiet host, {gate.waited_s:.0f} s of at most "
+                      f"{args.host_wait_s:.0f} s in all spent waiting")
     for label, template in prebuilt.items():
         header.append(f"- {label}: prebuilt artifacts {template} (not rebuilt by this run)")
     if args.note:
