@@ -340,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         f"## {time.strftime('%Y-%m-%d %H:%M %Z')} — x86 CPU{'' if columns else ' (onnxruntime only)'}"
         + (f": {' vs '.join(columns)} schedules vs onnxruntime" if columns else "")
-        + ("" if args.baseline_fast_math else " (baseline with --exact-math, as the first release built it)"),
+        + ("" if args.baseline_fast_math or "baseline" not in columns
+           else " (baseline with --exact-math, as the first release built it)"),
         "",
         f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
         + (f" ({cpu_flags()})" if cpu_flags() else ""),
