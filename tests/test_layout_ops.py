@@ -200,3 +200,33 @@ def test_a_failing_layout_rewrite_falls_back_and_keeps_channels_last(tmp_path, m
     _, used, fallbacks = lower_graph(load_model(str(relu6_cnn(tmp_path))).mod, Lowering("NHWC", fast_math=True))
     assert [f.transform for f in fallbacks] == ["layout-ops"] and "simulated" in fallbacks[0].reason
     assert used.conv_layout == "NHWC" and not used.layout_ops
+
+
+def test_a_torch_relu6_is_a_clip_that_fuses_into_its_convolution_and_matches_torch(tmp_path):
+    """The torch importer writes nn.ReLU6 as R.clip, which ConvertLayout does not know either."""
+    import torch
+
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+            self.act = torch.nn.ReLU6()
+
+        def forward(self, x):
+            return self.act(self.depthwise(self.act(self.conv(x)))).mean((2, 3))
+
+    torch.manual_seed(0)
+    block, x = Block().eval(), torch.randn(1, 3, 16, 16) * 3  # clips bite
+    torch.export.save(torch.export.export(block, (x,)), tmp_path / "block.pt2")
+    graph = _x86_graph(tmp_path / "block.pt2")
+    assert _transposes_inside(graph) == []
+    convs = [t.name for t in graph.tasks if "conv2d" in t.name]
+    assert len(convs) == 2 and all("maximum" in n and "minimum" in n for n in convs), convs
+    build(str(tmp_path / "block.pt2"), tmp_path / "block.tar", BuildOptions(scheduler="heuristic"))
+    (out,) = rt.load(tmp_path / "block.tar").run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        assert rel_err(out, block(x).numpy()) < TOLERANCE

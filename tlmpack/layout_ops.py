@@ -194,18 +194,22 @@ def tir_calls_to_relax_ops(mod) -> tuple[Any, dict[str, int]]:
     return relax.transform.DeadCodeElimination(["main"])(rewritten), counts
 
 
+def _number(arg) -> float | None:
+    """A clip bound as a Python number: an immediate (TVM 0.27 passes FloatImm) or one wrapped in
+    a PrimValue; None for anything computed."""
+    value = getattr(arg, "value", None)
+    if isinstance(value, (int, float)):
+        return float(value)
+    inner = getattr(value, "value", None)
+    return float(inner) if isinstance(inner, (int, float)) else None
+
+
 def _clip_bounds(call) -> tuple[float, float] | None:
     """(min, max) of an ``R.clip`` whose bounds are plain numbers of a float tensor, else None."""
-    from tvm import relax
-
-    if len(call.args) != 3 or not all(isinstance(a, relax.PrimValue) for a in call.args[1:]):
+    if len(call.args) != 3 or not str(call.args[0].ty.dtype).startswith("float"):
         return None
-    if not str(call.args[0].ty.dtype).startswith("float"):
-        return None
-    try:
-        return float(call.args[1].value.value), float(call.args[2].value.value)
-    except (AttributeError, TypeError):
-        return None
+    low, high = _number(call.args[1]), _number(call.args[2])
+    return None if low is None or high is None else (low, high)
 
 
 def _only_moves_unit_axes(shape: list[int], axes: list[int]) -> bool:
