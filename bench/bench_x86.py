@@ -2,7 +2,7 @@
 """tlmpack vs onnxruntime on x86 CPU, side by side.
 
     python bench/bench_x86.py [models...] [--dir DIR] [--threads T] [--runs N] [--warmup W]
-                              [--schedulers heuristic,baseline] [--baseline-fast-math]
+                              [--schedulers heuristic,baseline] [--baseline-fast-math] [--compare LABEL=PATH]
 
 For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 
@@ -18,6 +18,10 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 5. three rounds; in each, every engine (rotating which goes first) runs ``--warmup`` untimed
    runs and then a third of ``--runs`` timed runs back to back, so each is timed warm and drift
    hits all engines alike; the table shows medians.
+
+``--compare LABEL=PATH`` adds prebuilt artifacts (``{model}`` in PATH is the model's name), e.g.
+the same models built by the commit before a change, timed in the same rounds: a before/after
+against onnxruntime in one run.
 
 The table is printed and appended to BENCHMARKS.md (``--no-append`` to skip) with the date, CPU
 model, core count, thread count and the exact command. ``--ort-only`` times onnxruntime alone
@@ -174,17 +178,21 @@ def ort_session(onnx_path: Path, threads: int):
     return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
 
-def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: int = 3) -> dict[str, list[float]]:
+def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: int = 3,
+                     gate=None) -> dict[str, list[float]]:
     """``rounds`` rounds; in each, every engine (in rotated order) runs ``warmup`` untimed runs and
     then about runs / rounds timed runs back to back. The untimed runs absorb the switch from the
     previous engine (its spinning worker threads, caches, an idle core's wake-up), so each engine is
-    timed warm and steady, and drift over the rounds hits all engines alike."""
+    timed warm and steady, and drift over the rounds hits all engines alike. ``gate``
+    (tlmpack.training.host_gate.HostGate) holds each block while the host's other tenants are busy."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
     per_round = max(1, -(-runs // rounds))
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
+            if gate is not None:
+                gate.wait()
             for _ in range(warmup):
                 fns[n]()
             for _ in range(per_round):
@@ -229,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
                          "as column <scheduler>@prev; never rebuilt here")
     ap.add_argument("--baseline-fast-math", action="store_true",
                     help="build the baseline with fast math too (default: --exact-math, as the first release did)")
+    ap.add_argument("--host-wait-s", type=float, default=0.0,
+                    help="before each engine's block, wait up to this many seconds in all for a quiet host "
+                         "(tlmpack's host gate; default 0: time whatever the host does)")
+    ap.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
+                    help="also time a prebuilt artifact, e.g. before=out/bench/{model}.before.tar (built by "
+                         "another commit; {model} is the model's name; repeatable): a before/after in one run")
     args = ap.parse_args(argv)
     command = "python " + shlex.join(
         [os.path.relpath(__file__, Path.cwd())] + (sys.argv[1:] if argv is None else argv)
@@ -252,7 +266,15 @@ def main(argv: list[str] | None = None) -> int:
             tlm_note = f"tlmpack.runtime unavailable ({type(e).__name__}: {e}); ORT only"
             print(tlm_note, flush=True)
 
+    gate = None
+    if args.host_wait_s > 0:
+        from tlmpack.training.host_gate import HostGate
+
+        gate = HostGate(args.host_wait_s)
     schedulers = [x.strip() for x in args.schedulers.split(",") if x.strip()]
+    prebuilt = dict(c.split("=", 1) for c in args.compare)
+    if any(label in schedulers or not template for label, template in prebuilt.items()):
+        ap.error("--compare needs LABEL=PATH with a label that is not one of --schedulers")
     rows = []
     for name in args.models:
         row = dict(model=name, times={}, err={}, build={}, status=[])
@@ -261,12 +283,16 @@ def main(argv: list[str] | None = None) -> int:
         ort_out = sess.run(None, feed)[0]
         fns = {}
         models = []
-        for scheduler in schedulers if tlm_load is not None else []:
-            base, *flags = scheduler.split("/")  # e.g. heuristic/no-pad-extents: build flags after the name
-            exact = base == "baseline" and not args.baseline_fast_math
-            tar = args.dir / f"{name}.{'-'.join([base, *flags])}.tar"
-            extra = ["--scheduler", base, "--exact-math" if exact else "--fast-math", *(f"--{f}" for f in flags)]
-            build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
+        for scheduler in [*schedulers, *prebuilt] if tlm_load is not None else []:
+            if scheduler in prebuilt:
+                tar = Path(prebuilt[scheduler].format(model=name))
+                build_s, err = None, "" if tar.exists() else f"no prebuilt artifact {tar}"
+            else:
+                base, *flags = scheduler.split("/")  # e.g. heuristic/no-pad-extents: build flags after the name
+                exact = base == "baseline" and not args.baseline_fast_math
+                tar = args.dir / f"{name}.{'-'.join([base, *flags])}.tar"
+                extra = ["--scheduler", base, "--exact-math" if exact else "--fast-math", *(f"--{f}" for f in flags)]
+                build_s, err = build_tlmpack(name, onnx_path, tar, args.rebuild, args.dir, extra)
             row["build"][scheduler] = build_s
             if err:
                 row["status"].append(f"{scheduler}: {err}")
@@ -296,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             row["err"][label] = rel_err(model.run(None, feed)[0], ort_out)
             fns[label] = lambda m=model, f=feed: m.run(None, f)
         fns["ort"] = lambda s=sess, f=feed: s.run(None, f)
-        row["times"] = time_alternating(fns, args.runs, args.warmup)
+        row["times"] = time_alternating(fns, args.runs, args.warmup, gate=gate)
         rows.append(row)
         ort_ms = statistics.median(row["times"]["ort"])
         print(f"[{name}] ORT {ort_ms * 1e3:.2f} ms; " + "; ".join(
@@ -307,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             model.close()
         del sess
 
-    labels = schedulers + [f"{s}@prev" for s in schedulers]
+    labels = [*schedulers, *prebuilt] + [f"{s}@prev" for s in schedulers]
     columns = [s for s in labels if any(s in r["times"] for r in rows)]
     table = [
         "| model | " + " | ".join(f"{s} ms" for s in columns) + " | ORT ms | "
@@ -332,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         f"## {time.strftime('%Y-%m-%d %H:%M %Z')} — x86 CPU{'' if columns else ' (onnxruntime only)'}"
         + (f": {' vs '.join(columns)} schedules vs onnxruntime" if columns else "")
-        + ("" if args.baseline_fast_math else " (baseline with --exact-math, as the first release built it)"),
+        + ("" if args.baseline_fast_math or "baseline" not in columns
+           else " (baseline with --exact-math, as the first release built it)"),
         "",
         f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
         + (f" ({cpu_flags()})" if cpu_flags() else ""),
@@ -344,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if tlm_note:
         header.append(f"- note: {tlm_note}")
+    if gate is not None:
+        header.append(f"- host gate: each block waited for a quiet host, {gate.waited_s:.0f} s of at most "
+                      f"{args.host_wait_s:.0f} s in all spent waiting")
+    for label, template in prebuilt.items():
+        header.append(f"- {label}: prebuilt artifacts {template} (not rebuilt by this run)")
     if args.note:
         header.append(f"- note: {args.note}")
     block = "\n".join(header + [""] + table + [""])

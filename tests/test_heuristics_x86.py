@@ -148,3 +148,49 @@ def test_a_long_row_is_reduced_as_vector_partial_sums_and_a_short_one_plainly(ho
         steps = DesignSpace(func, target).steps(choice.sketch)
         rfactors = [s for s in steps if s.startswith("RFactor")]
         assert rfactors == ([expected] if expected else []), (width, steps)
+
+
+def _nhwc_conv_relu6(channels_in: int, channels_out: int, kernel: int, groups: int = 1):
+    """A channels-last conv + bias + ReLU6 as ConvertLayout and LegalizeOps give it (14x14 map)."""
+    from tvm import te, topi
+
+    data = te.placeholder((1, 14, 14, channels_in), name="data")
+    weight = te.placeholder((kernel, kernel, channels_in // groups, channels_out), name="weight")
+    bias = te.placeholder((1, 1, 1, channels_out), name="bias")
+    pad = kernel // 2
+    if groups == 1:
+        conv = topi.nn.conv2d_nhwc(data, weight, 1, pad, 1)
+    else:
+        conv = topi.nn.group_conv2d_nhwc(data, weight, 1, pad, 1, groups)
+    out = topi.minimum(topi.maximum(topi.add(conv, bias), 0.0), 6.0)
+    return te.create_prim_func([data, weight, bias, out])
+
+
+@pytest.mark.parametrize("cin, cout, kernel, groups, in_tile", [
+    (16, 96, 1, 1, True),  # 16 multiply-adds per output: memory-bound, the tail goes in the tile
+    (32, 32, 3, 32, True),  # depthwise 3x3: 9
+    (256, 256, 3, 1, False),  # 2304: compute-bound, as measured best before
+])
+def test_a_convolution_with_few_macs_per_output_computes_its_tail_inside_the_tile(host, cin, cout, kernel,
+                                                                                  groups, in_tile):
+    from tlmpack.schedule.select import schedule_with_rules
+    from tlmpack.schedule.space import DesignSpace
+
+    func = _nhwc_conv_relu6(cin, cout, kernel, groups)
+    target, hardware = host
+    choice = schedule_with_rules(func, target, "x86", hardware)
+    assert choice is not None and choice.rule == "x86-matmul"
+    assert ("ReverseComputeAt" in DesignSpace(func, target).steps(choice.sketch)) == in_tile
+
+
+def test_a_depthwise_convolution_pads_inside_its_parallel_chunks_and_a_dense_one_apart(host):
+    target, hardware = host
+    from tlmpack.schedule.select import schedule_with_rules
+
+    def pad_location(func) -> int:
+        choice = schedule_with_rules(func, target, "x86", hardware)
+        (location,) = [d.value for d in choice.decisions if d.kind == "compute_location"]
+        return location
+
+    assert pad_location(_nhwc_conv_relu6(64, 64, 3, groups=64)) >= 0  # under a loop
+    assert pad_location(_nhwc_conv_relu6(64, 64, 3)) == -1  # its own block at the root

@@ -184,7 +184,8 @@ def test_a_torch_average_pool_covering_its_input_is_a_mean(tmp_path):
         ref = module(x).numpy()
         assert rel_err(rewritten.module()(x).numpy(), ref) < 1e-6
     manifest = build(str(tmp_path / "head.pt2"), tmp_path / "head.tar", BuildOptions())
-    assert any("mean" in s["name"] for s in manifest["subgraphs"])
+    # a mean; on x86's channels-last path a matmul by 1/(H*W) (layout_ops.py), the model has no other
+    assert any("mean" in s["name"] or s["name"].startswith("matmul") for s in manifest["subgraphs"])
     (out,) = rt.load(tmp_path / "head.tar").run(None, {"x": x.numpy()})
     assert np.abs(ref).max() > 0 and rel_err(out, ref) < 1e-4
 

@@ -223,13 +223,14 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
         graph, _, taken = lower_graph(imported.mod, Lowering(None, options.fast_math, pad=pad), say=say)
         fallbacks += taken
     x86_source = graph if x86_layout is None else None
+    layout_ops = False  # layout_ops.py's rewrites, on the channels-last path only
     if x86_layout is not None:
         say(f"lowering for x86 with {x86_layout} convolutions")
         pad = pad_policy(options, ("x86",))
         x86_source, used, taken = lower_graph(imported.mod, Lowering(x86_layout, options.fast_math, pad=pad),
                                               task_prefix="x" if graph is not None else "k", say=say)
         fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
-        x86_layout = used.conv_layout
+        x86_layout, layout_ops = used.conv_layout, used.layout_ops and used.conv_layout is not None
         graph = graph or x86_source
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
@@ -281,7 +282,8 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
                 files.append("x86/weights.bin")
             target_entries["x86"] = target.to_json() | {
                 "hardware": hardware.to_json(), "files": files, "weights_bytes": len(x86_weights),
-                "arena_bytes": x86_graph.arena_bytes, "conv_layout": x86_layout or "model"}
+                "arena_bytes": x86_graph.arena_bytes, "conv_layout": x86_layout or "model",
+                "layout_ops": layout_ops}
             records_by_target["x86"] = {r.task: r for r in scheduled.records}
             say(choose_summary(scheduled))
         # weights.bin: the CUDA plan's constants; in an x86-only build, the x86 plan's (maybe packed)

@@ -95,25 +95,35 @@ def has_conv2d(mod) -> bool:
 
 
 def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
-                pad_policy: PadPolicy | None = X86_PAD_POLICY):
+                pad_policy: PadPolicy | None = X86_PAD_POLICY, layout_ops: bool = True):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
-    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86).
+    TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86), sigmoid
+    included (fast_sigmoid.py).
     ``conv_layout="NHWC"`` converts convolutions (and the ops between them) to channels-last, so a
     conv is a GEMM whose output channels are the contiguous, vectorised loop; the transposed
     weights fold into constants and transposes remain only at the model's edges. ``fold_constants``
-    and ``pad_policy`` (relax_rewrites.pad_awkward_extents; None: no padding) are optional too:
-    graph_fallbacks.py switches each off when TVM trips over it."""
+    and ``pad_policy`` (relax_rewrites.pad_awkward_extents; None: no padding) are optional too, and
+    so is ``layout_ops`` (layout_ops.py: with a conv layout, the importer's TIR calls for Pad and Clip
+    become Relax ops first, so ConvertLayout leaves no transposes around them, and a transpose
+    that only moves unit axes becomes a reshape, so a view): graph_fallbacks.py
+    switches each off when TVM trips over it."""
     import tvm
     from tvm import relax
 
+    from .fast_sigmoid import sigmoid_through_exp_pass
+
     if pad_policy is not None:
         mod, _ = pad_awkward_extents(mod, pad_policy)
+    rewrite_for_layout = bool(conv_layout and layout_ops)
+    if rewrite_for_layout:
+        from . import layout_ops as rewrites
+
+        mod = rewrites.before_conversion(mod)  # a failure here is a LayoutRewriteError: its own fallback
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
-    layout = {"relax.nn.conv2d": [conv_layout, "OHWI"]} if conv_layout else None
     passes = tvm.ir.transform.Sequential([
-        *([relax.transform.ConvertLayout(layout)] if layout else []),
-        *([relax.transform.FastMathTransform()] if fast_math else []),  # rewrites Relax ops: first
+        *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first
+          if fast_math else []),
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),
         *([relax.transform.FoldConstant()] if fold_constants else []),
@@ -121,6 +131,13 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(["main"]),
     ])
+    try:
+        if conv_layout:
+            mod = relax.transform.ConvertLayout({"relax.nn.conv2d": [conv_layout, "OHWI"]})(mod)
+    except Exception as e:
+        raise LoweringError(f"Relax could not lower the model to TIR: {type(e).__name__}: {e}") from None
+    if rewrite_for_layout:
+        mod = rewrites.after_conversion(mod)
     try:
         return passes(mod)
     except Exception as e:

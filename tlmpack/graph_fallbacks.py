@@ -1,7 +1,7 @@
 """Optional transformations with fallbacks: a valid model must build, at worst a little slower.
 
-The channels-last conversion, TVM's FastMathTransform, constant folding and the padding of
-awkward matmul extents only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
+The channels-last conversion (and layout_ops.py's rewrites, which serve it), TVM's
+FastMathTransform, constant folding and the padding of awkward matmul extents only make kernels faster. TVM 0.27 trips over some graphs (ConvertLayout on a tuple such
 as ``R.nn.dropout`` with its mask used: ``Expected nested to match tuple``), so ``lower_graph``
 tries the full set first and switches transformations off one at a time, for the whole graph
 (Relax passes run on the whole module), until lowering and partitioning succeed. Per task,
@@ -23,7 +23,7 @@ from .errors import LoweringError, TlmpackBuildError, one_line
 class Fallback:
     """One optional transformation that was not applied, where, and the error that made us stop."""
 
-    # switched off: channels-last | fast-math | constant-folding | pad-awkward-extents | pre-packing |
+    # switched off: layout-ops | channels-last | fast-math | constant-folding | pad-awkward-extents | pre-packing |
     # cuda-schedule / x86-schedule (a task's chosen schedule that TVM cannot compile, replaced by
     # dlight's / the fixed rules');
     # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
@@ -46,14 +46,29 @@ class Lowering:
     fast_math: bool
     fold_constants: bool = True
     pad: Any = None  # a relax_rewrites.PadPolicy: the multiples awkward matmul extents are padded to; None: off
+    layout_ops: bool = True  # layout_ops.py, with a conv layout only
 
 
-# (transformation name, how to switch it off), in the order they are given up
+def _any(error: Exception) -> bool:
+    return True
+
+
+def _layout_rewrite(error: Exception) -> bool:
+    from .layout_ops import LayoutRewriteError
+
+    return isinstance(error, LayoutRewriteError)
+
+
+# (transformation name, how to switch it off, whether applied, whether an error can be its), in the
+# order they are given up; layout_ops.py's rewrites report their own failures, so a ConvertLayout
+# failure turns channels-last off, not them
 _OPTIONAL = (
-    ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None),
-    ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math),
-    ("pad-awkward-extents", lambda lw: replace(lw, pad=None), lambda lw: lw.pad is not None),
-    ("constant-folding", lambda lw: replace(lw, fold_constants=False), lambda lw: lw.fold_constants),
+    ("layout-ops", lambda lw: replace(lw, layout_ops=False), lambda lw: lw.layout_ops and lw.conv_layout is not None,
+     _layout_rewrite),
+    ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None, _any),
+    ("fast-math", lambda lw: replace(lw, fast_math=False), lambda lw: lw.fast_math, _any),
+    ("pad-awkward-extents", lambda lw: replace(lw, pad=None), lambda lw: lw.pad is not None, _any),
+    ("constant-folding", lambda lw: replace(lw, fold_constants=False), lambda lw: lw.fold_constants, _any),
 )
 
 
@@ -73,7 +88,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             padded, count = pad_awkward_extents(mod, current.pad) if current.pad is not None else (mod, 0)
             culprit = None
             graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
-                                          fold_constants=current.fold_constants, pad_policy=None),
+                                          fold_constants=current.fold_constants, pad_policy=None,
+                                          layout_ops=current.layout_ops),
                               task_prefix=task_prefix)
             graph.padded_matmuls = count
             if count:
@@ -87,7 +103,7 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             error: Exception = e
         except Exception as e:  # TVM's InternalError, TypeError, ... from a pass
             error = e
-        steps = [(name, off) for name, off, applied in _OPTIONAL if applied(current)]
+        steps = [(name, off) for name, off, applied, blamed in _OPTIONAL if applied(current) and blamed(error)]
         step = next((st for st in steps if st[0] == culprit), steps[0] if steps else None)
         if step is None:
             if isinstance(error, LoweringError):

@@ -130,6 +130,20 @@ class RuleChoice:
     alternatives: tuple = ()  # the TLM's top-k samples besides its pick (decode.Decoded), for --tune
 
 
+def _location_or_outside(decide):
+    """A rule's compute location where TVM allows it, else the nearest legal loop outside it (the
+    root at worst): what TVM would silently snap it to, but checked at replay and so recorded as
+    what runs."""
+    def wrapped(site: SamplingSite, sampled):
+        value = decide(site, sampled)
+        if site.kind == "compute_location" and site.candidates and value not in site.candidates:
+            outside = [c for c in site.candidates if -1 <= c <= value]
+            value = max(outside) if outside else sampled
+        return value
+
+    return wrapped
+
+
 def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
                         disabled: frozenset[str] | None = None) -> RuleChoice | None:
     """The first eligible rule (trust order) whose decisions replay legally on one of its sketches;
@@ -158,7 +172,10 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
             choose += time.perf_counter() - t0
             if chosen is None:
                 continue
-            result = space.replay(sketch, lambda site, sampled, chosen=chosen: chosen.get(site.index, sampled))
+            decide = lambda site, sampled, chosen=chosen: chosen.get(site.index, sampled)  # noqa: E731
+            if rule.wants_locations:
+                decide = _location_or_outside(decide)
+            result = space.replay(sketch, decide, locations=rule.wants_locations)
             if result is not None:
                 scheduled, decisions = result
                 return RuleChoice(sketch, scheduled, decisions, rule.name, choose * 1e3,

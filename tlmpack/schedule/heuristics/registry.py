@@ -26,6 +26,9 @@ class Rule:
 
     name: ClassVar[str] = ""
     target: ClassVar[str] = ""  # "x86" | "cuda"
+    # a rule that places a producer at a loop: its location is checked against the legal ones when
+    # the point is replayed (space.py; ~10 ms a site), the nearest legal loop outside it taken
+    wants_locations: ClassVar[bool] = False
 
     def is_eligible(self, task: TaskClass, hardware: Any) -> bool:
         raise NotImplementedError

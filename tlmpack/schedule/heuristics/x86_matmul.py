@@ -13,12 +13,20 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   the packed weight panel it streams across more rows (bert-base's dense layers: 196 -> 175 ms);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
-- unroll 64 (0 is 2-3x slower, more gains nothing); padding stays its own block (inlined into the
-  conv it puts a branch in the inner loop: 10x slower);
+- unroll 64 (0 is 2-3x slower, more gains nothing); a convolution's padding is never inlined
+  (a branch in the inner loop: 10x slower); a depthwise one's is computed under the outer tile
+  loops, inside each parallel chunk, where TVM allows that loop (MobileNetV2's 3x3 depthwise
+  convolutions on one thread: 56x56x96 390 -> 248 us, 28x28x144 127 -> 78 us against their own
+  block at the root), a dense one's stays its own block;
 - an epilogue that broadcasts the result (squeeze-excite: sigmoid of a 1x1 conv's 480 values
   scales a 480x14x14 tensor) is computed inside the tile (the sketches with ReverseComputeAt):
   left at the root, the inlined sigmoid runs once per output element behind a fused, divided
-  index, 11-31x slower than the best random program on all ten of efficientnet-b0's.
+  index, 11-31x slower than the best random program on all ten of efficientnet-b0's;
+- so is the element-wise tail (bias, ReLU6, SiLU, residual add) of a convolution with few
+  multiply-adds per output (TAIL_IN_TILE_MAX_MACS): at the root it is a second pass over an
+  output that has left the cache (MobileNetV2, one thread: 112x112x96 1x1 conv + bias + ReLU6
+  2353 -> 491 us, 56x56x144 1289 -> 599 us; the small late layers within noise). Matmuls keep
+  their tail at the root (bert-base, gpt2 unchanged).
 """
 
 from __future__ import annotations
@@ -86,6 +94,37 @@ def row_block(row_tiles: int, parallel_other: int, cores: int) -> int:
     return 1
 
 
+# a convolution with at most this many multiply-adds per output element is bound by memory, and
+# its tail goes inside the tile; past it (ResNet-50's 3x3 and wide 1x1 convolutions) compute rules
+# and the sketch choice was within this machine's noise, so those stay as they were measured best
+TAIL_IN_TILE_MAX_MACS = 160
+
+
+def is_convolution(task: TaskClass) -> bool:
+    return "conv" in task.block
+
+
+def macs_per_output(task: TaskClass) -> int:
+    product = 1
+    for extent in task.reduction:
+        product *= extent
+    return product
+
+
+def tail_in_tile(task: TaskClass) -> bool:
+    """Whether the epilogue is computed inside the register tile's loops (module notes)."""
+    return task.epilogue_growth >= 2 or (is_convolution(task) and macs_per_output(task) <= TAIL_IN_TILE_MAX_MACS)
+
+
+def producer_location(task: TaskClass) -> int:
+    """Where a producer of the main block (a convolution's padding) is computed: for a grouped
+    (depthwise) convolution, under the outermost tile level, so each parallel chunk pads just the
+    input rows and channels it reads while they are in cache (select.py takes the nearest legal
+    loop outside it when TVM refuses that one); else its own block (a dense convolution would pad
+    all its input channels again for every chunk of output channels)."""
+    return len(task.spatial) - 1 if task.block.startswith("group_conv") else -1
+
+
 @register
 class X86Matmul(Rule):
     name = "x86-matmul"
@@ -94,9 +133,11 @@ class X86Matmul(Rule):
     def is_eligible(self, task: TaskClass, hardware) -> bool:
         return task.kind == "matmul" and len(task.spatial) >= 2
 
+    wants_locations = True  # a convolution's padding goes under its parallel loop (module notes)
+
     def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         order = list(range(len(sketches)))
-        if task.epilogue_growth >= 2:  # a broadcast epilogue: inside the tile, see the module notes
+        if tail_in_tile(task):
             fused = [i for i in order if "ReverseComputeAt" in sketches[i]]
             order = fused + [i for i in order if i not in fused]
         return order
@@ -134,5 +175,5 @@ class X86Matmul(Rule):
             elif site.kind == "categorical":
                 chosen[site.index] = site.candidates.index(64) if 64 in site.candidates else len(site.candidates) // 2
             elif site.kind == "compute_location":
-                chosen[site.index] = -1  # padding and other producers: their own block
+                chosen[site.index] = producer_location(task)
         return chosen

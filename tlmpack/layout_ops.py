@@ -1,0 +1,294 @@
+"""TIR calls from TVM's ONNX importer → Relax ops, before the channels-last conversion.
+
+The importer writes Pad and Clip as ``R.call_tir`` of a TOPI function (``bb.emit_te``). Relax's
+ConvertLayout cannot look inside a TIR call, so on the x86 channels-last path it surrounds every
+one with a pair of transposes, and those transposes split each convolution from its element-wise
+tail (MobileNetV2: 35 Clip and 17 Pad calls; EfficientNet-B0: a Pad before each of its 81
+convolutions). The rewrites, each keeping the model's meaning exactly:
+
+- ``pad-into-conv``: a zero Pad of the spatial axes whose every user is an NCHW convolution's data
+  becomes part of those convolutions' ``padding`` (TF-style "same" padding, EfficientNet's no-op
+  pads before 1x1 convolutions);
+- ``clip-to-relax``: Clip's maximum / minimum against a scalar become ``R.maximum`` /
+  ``R.minimum``, which ConvertLayout knows and FuseOps fuses into the convolution before them;
+  ``R.clip`` (the torch importer's ReLU6), which ConvertLayout does not know either, becomes the same pair;
+- after ConvertLayout, ``unit_transposes_to_reshapes``: a transpose that only moves unit axes
+  (NHWC → NCHW of a globally pooled [1, 1, 1, C] before Flatten) is a reshape, so a view.
+
+A TIR call is recognised by structural equality with what ``emit_te`` of the same TOPI function
+gives for the same argument types, never by its name. ``graph_fallbacks.py`` switches this module
+off ("layout-ops") when TVM trips over its output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import LoweringError, one_line
+
+MAX_PAD = 8  # spatial pads tried per axis when recognising a Pad (models pad by 0-3)
+
+
+class LayoutRewriteError(LoweringError):
+    """One of this module's rewrites failed: graph_fallbacks.py builds without them ("layout-ops")."""
+
+
+def before_conversion(mod):
+    """tir_calls_to_relax_ops, its failure a LayoutRewriteError."""
+    try:
+        return tir_calls_to_relax_ops(mod)[0]
+    except Exception as e:
+        raise LayoutRewriteError(f"layout-ops rewrite failed: {one_line(e)}") from None
+
+
+def after_conversion(mod):
+    """unit_transposes_to_reshapes and channels_last_pools_as_matmuls, a failure a LayoutRewriteError."""
+    try:
+        return channels_last_pools_as_matmuls(unit_transposes_to_reshapes(mod))
+    except Exception as e:
+        raise LayoutRewriteError(f"layout-ops rewrite failed: {one_line(e)}") from None
+
+
+def _emit_te_func(fn, arg_types: list, *extra):
+    """The PrimFunc that ``bb.emit_te(fn, *args, *extra)`` makes for arguments of ``arg_types``."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"p{i}", t) for i, t in enumerate(arg_types)]
+    with bb.function("reference", params):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit_te(fn, *params, *extra))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    return next(mod[g] for g in mod.get_global_vars() if g.name_hint != "reference")
+
+
+def _static_shape(ty) -> list[int] | None:
+    try:
+        return [int(d) for d in ty.shape.values]
+    except (AttributeError, TypeError):
+        return None
+
+
+def _zero_spatial_pad(func, arg_type, out_type) -> tuple[int, int, int, int] | None:
+    """(top, left, bottom, right) when ``func`` is ``topi.nn.pad`` by zeros of axes 2 and 3 of a
+    4-D tensor, else None."""
+    import itertools
+
+    import tvm_ffi
+    from tvm import topi
+
+    shape_in, shape_out = _static_shape(arg_type), _static_shape(out_type)
+    if shape_in is None or shape_out is None or len(shape_in) != 4 or len(shape_out) != 4:
+        return None
+    total = [o - i for o, i in zip(shape_out, shape_in, strict=True)]
+    if total[0] or total[1] or not all(0 <= p <= MAX_PAD for p in total[2:]):
+        return None
+    for top, left in itertools.product(range(total[2] + 1), range(total[3] + 1)):
+        bottom, right = total[2] - top, total[3] - left
+        reference = _emit_te_func(topi.nn.pad, [arg_type], [0, 0, top, left], [0, 0, bottom, right], 0.0)
+        if tvm_ffi.structural_equal(func, reference):
+            return top, left, bottom, right
+    return None
+
+
+def _scalar_bound(func, arg_types: list) -> str | None:
+    """"maximum" / "minimum" when ``func`` is that TOPI function of a tensor and a 0-d tensor."""
+    import tvm_ffi
+    from tvm import topi
+
+    if len(arg_types) != 2 or _static_shape(arg_types[1]) != []:
+        return None
+    for name in ("maximum", "minimum"):
+        if tvm_ffi.structural_equal(func, _emit_te_func(getattr(topi, name), arg_types)):
+            return name
+    return None
+
+
+def _users(main) -> dict[Any, list]:
+    """Relax var → the values (binding values, the function's result) that use it."""
+    from tvm import relax
+
+    users: dict[Any, list] = {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            for var in relax.analysis.free_vars(binding.value):
+                users.setdefault(var, []).append(binding.value)
+    for var in relax.analysis.free_vars(main.body.body):
+        users.setdefault(var, []).append(main.body.body)
+    return users
+
+
+def _is_conv_data_of(value, var) -> bool:
+    import tvm
+
+    return (isinstance(value, tvm.relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.nn.conv2d" and value.args[0].same_as(var)
+            and not value.args[1].same_as(var) and value.attrs.data_layout == "NCHW")
+
+
+def tir_calls_to_relax_ops(mod) -> tuple[Any, dict[str, int]]:
+    """``mod`` with the pads folded into convolutions and the clips as Relax ops, and how many of
+    each were rewritten ({"pad-into-conv": n, "clip-to-relax": m})."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    main = mod["main"]
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    clip = tvm.ir.Op.get("relax.clip")
+    users = _users(main)
+    pads: dict[Any, tuple[Any, tuple[int, int, int, int]]] = {}  # pad var → (its input, pad)
+    bounds: dict[Any, str] = {}  # call_tir value → maximum | minimum
+    kinds: dict[str, Any] = {}  # PrimFunc name → what it is (one check per function)
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not (isinstance(value, relax.Call) and value.op.same_as(call_tir) and len(value.args) == 2):
+                continue
+            gvar, args = value.args[0], list(value.args[1].fields)
+            types = [a.ty for a in args]
+            if gvar.name_hint not in kinds:
+                func = mod[gvar]
+                kinds[gvar.name_hint] = (("pad", _zero_spatial_pad(func, types[0], value.ty)) if len(args) == 1
+                                         else ("bound", _scalar_bound(func, types)))
+            kind, what = kinds[gvar.name_hint]
+            if what is None:
+                continue
+            if kind == "bound":
+                bounds[value] = what
+            elif all(_is_conv_data_of(u, binding.var) for u in users.get(binding.var, [])):
+                pads[binding.var] = (args[0], what)
+    counts = {"pad-into-conv": 0, "clip-to-relax": 0}
+
+    @mutator
+    class _Rewrite(PyExprMutator):
+        def visit_call_(self, call):
+            if call.op.same_as(call_tir) and call in bounds:
+                counts["clip-to-relax"] += 1
+                x, bound = (self.visit_expr(a) for a in call.args[1].fields)
+                return getattr(relax.op, bounds[call])(x, bound)
+            if isinstance(call.op, tvm.ir.Op) and call.op.same_as(clip) and _clip_bounds(call) is not None:
+                counts["clip-to-relax"] += 1
+                low, high = _clip_bounds(call)
+                x = self.visit_expr(call.args[0])
+                dtype = call.args[0].ty.dtype
+                return relax.op.minimum(self.builder_.emit(relax.op.maximum(x, relax.const(low, dtype))),
+                                        relax.const(high, dtype))
+            if _is_conv_data_of(call, call.args[0]) and call.args[0] in pads:
+                counts["pad-into-conv"] += 1
+                source, (top, left, bottom, right) = pads[call.args[0]]
+                a = call.attrs
+                t, lf, b, r = (int(p) for p in a.padding)
+                return relax.op.nn.conv2d(self.visit_expr(source), self.visit_expr(call.args[1]), a.strides,
+                                          [t + top, lf + left, b + bottom, r + right], a.dilation, a.groups,
+                                          a.data_layout, a.kernel_layout, a.out_layout, a.out_dtype)
+            return super().visit_call_(call)
+
+    new_main = _Rewrite().visit_expr(main)
+    if not any(counts.values()):
+        return mod, counts
+    functions = dict(mod.functions.items())
+    functions[mod.get_global_var("main")] = new_main
+    rewritten = tvm.IRModule(functions, attrs=mod.attrs)
+    return relax.transform.DeadCodeElimination(["main"])(rewritten), counts
+
+
+def _number(arg) -> float | None:
+    """A clip bound as a Python number: an immediate (TVM 0.27 passes FloatImm) or one wrapped in
+    a PrimValue; None for anything computed."""
+    value = getattr(arg, "value", None)
+    if isinstance(value, (int, float)):
+        return float(value)
+    inner = getattr(value, "value", None)
+    return float(inner) if isinstance(inner, (int, float)) else None
+
+
+def _clip_bounds(call) -> tuple[float, float] | None:
+    """(min, max) of an ``R.clip`` whose bounds are plain numbers of a float tensor, else None."""
+    if len(call.args) != 3 or not str(call.args[0].ty.dtype).startswith("float"):
+        return None
+    low, high = _number(call.args[1]), _number(call.args[2])
+    return None if low is None or high is None else (low, high)
+
+
+def _only_moves_unit_axes(shape: list[int], axes: list[int]) -> bool:
+    """Whether permuting ``shape`` by ``axes`` keeps the order of every axis longer than 1: then
+    the bytes do not move and the transpose is a reshape."""
+    moved = [a for a in axes if shape[a] != 1]
+    return moved == sorted(moved)
+
+
+def unit_transposes_to_reshapes(mod):
+    """``mod`` with every ``R.permute_dims`` that only moves unit axes (ConvertLayout's NHWC → NCHW
+    of a globally pooled [1, 1, 1, C] before a flatten) as ``R.reshape``, which the plan makes a
+    view instead of a kernel. Transposes of constants are left to FoldConstant."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    permute = tvm.ir.Op.get("relax.permute_dims")
+
+    @mutator
+    class _Rewrite(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(permute)):
+                return call
+            source = call.args[0]
+            shape = _static_shape(source.ty)
+            if shape is None or isinstance(source, tvm.ir.expr.Constant):
+                return call
+            axes = list(range(len(shape)))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+            if not _only_moves_unit_axes(shape, axes):
+                return call
+            return relax.op.reshape(source, [shape[a] for a in axes])
+
+    main = _Rewrite().visit_expr(mod["main"])
+    if main.same_as(mod["main"]):
+        return mod
+    functions = dict(mod.functions.items())
+    functions[mod.get_global_var("main")] = main
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def channels_last_pools_as_matmuls(mod):
+    """``mod`` with every mean over the spatial axes of an NHWC tensor (a global average pool:
+    EfficientNet's squeeze-excite, the classifier's pool) as a product with a constant row of
+    1 / (H·W): ``[1, H·W] @ [N, H·W, C]``. As a reduction the mean sums each channel alone, one
+    strided scalar at a time, re-reading every cache line once per channel (EfficientNet-B0's 17
+    pools were 14 % of its kernel time); as a matmul x86-matmul vectorises over the channels and
+    reads the input once."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    mean = tvm.ir.Op.get("relax.mean")
+
+    @mutator
+    class _Rewrite(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(mean)):
+                return call
+            x = call.args[0]
+            shape = _static_shape(x.ty)
+            dtype = str(x.ty.dtype)
+            axes = None if call.attrs.axis is None else sorted(int(a) % 4 for a in call.attrs.axis)
+            if shape is None or len(shape) != 4 or axes != [1, 2] or not dtype.startswith("float"):
+                return call
+            n, h, w, c = shape
+            if h * w == 1 or c == 1:
+                return call
+            flat = self.builder_.emit(relax.op.reshape(x, [n, h * w, c]))
+            row = relax.const(np.full((1, h * w), 1.0 / (h * w), dtype=dtype))
+            product = self.builder_.emit(relax.op.matmul(row, flat))  # [n, 1, c]
+            return relax.op.reshape(product, [n, 1, 1, c] if call.attrs.keepdims else [n, c])
+
+    main = _Rewrite().visit_expr(mod["main"])
+    if main.same_as(mod["main"]):
+        return mod
+    functions = dict(mod.functions.items())
+    functions[mod.get_global_var("main")] = main
+    return tvm.IRModule(functions, attrs=mod.attrs)
