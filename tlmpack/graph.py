@@ -77,8 +77,8 @@ class Graph:
     outputs: list[int]
     weights: bytes = b""
     arena_bytes: int = 0
-    padded_matmuls: int = 0  # matmuls computed over padded extents (relax_rewrites.py)
     task_funcs: dict[str, Any] = field(default_factory=dict, repr=False)  # task id → tvm PrimFunc
+    padded_matmuls: int = 0  # matmuls computed over padded extents (relax_rewrites.py); last: callers pass the rest by position
 
     def memory_json(self) -> dict:
         arena_tensors = [t for t in self.tensors if t.storage == "arena" and t.base == t.id]
