@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import LoweringError, one_line
+from .relax_rewrites import with_main
 
 MAX_PAD = 8  # spatial pads tried per axis when recognising a Pad (models pad by 0-3)
 
@@ -188,10 +189,7 @@ def tir_calls_to_relax_ops(mod) -> tuple[Any, dict[str, int]]:
     new_main = _Rewrite().visit_expr(main)
     if not any(counts.values()):
         return mod, counts
-    functions = dict(mod.functions.items())
-    functions[mod.get_global_var("main")] = new_main
-    rewritten = tvm.IRModule(functions, attrs=mod.attrs)
-    return relax.transform.DeadCodeElimination(["main"])(rewritten), counts
+    return relax.transform.DeadCodeElimination(["main"])(with_main(mod, new_main)), counts
 
 
 def _number(arg) -> float | None:
@@ -245,11 +243,7 @@ def unit_transposes_to_reshapes(mod):
             return relax.op.reshape(source, [shape[a] for a in axes])
 
     main = _Rewrite().visit_expr(mod["main"])
-    if main.same_as(mod["main"]):
-        return mod
-    functions = dict(mod.functions.items())
-    functions[mod.get_global_var("main")] = main
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return mod if main.same_as(mod["main"]) else with_main(mod, main)
 
 
 def channels_last_pools_as_matmuls(mod):
@@ -287,8 +281,4 @@ def channels_last_pools_as_matmuls(mod):
             return relax.op.reshape(product, [n, 1, 1, c] if call.attrs.keepdims else [n, c])
 
     main = _Rewrite().visit_expr(mod["main"])
-    if main.same_as(mod["main"]):
-        return mod
-    functions = dict(mod.functions.items())
-    functions[mod.get_global_var("main")] = main
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return mod if main.same_as(mod["main"]) else with_main(mod, main)

@@ -196,9 +196,17 @@ def pad_awkward_extents(mod, policy: PadPolicy):
     main = _Pad().visit_expr(mod["main"])
     if count[0] == 0:  # the mutator rebuilds the function even when nothing changed
         return mod, 0
-    functions = dict(mod.functions.items())  # the same GlobalVars: calls into other functions still resolve
+    return with_main(mod, main), count[0]
+
+
+def with_main(mod, main):
+    """``mod`` with its ``main`` replaced by ``main``; the same GlobalVars, so calls into the
+    module's other functions still resolve (every rewrite here changes ``main`` only)."""
+    import tvm
+
+    functions = dict(mod.functions.items())
     functions[mod.get_global_var("main")] = main
-    return tvm.IRModule(functions, attrs=mod.attrs), count[0]
+    return tvm.IRModule(functions, attrs=mod.attrs)
 
 
 def _grown(array, rows: int, keys: int, to: tuple[int, ...], fill: float):
