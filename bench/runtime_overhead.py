@@ -87,6 +87,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("artifacts", nargs="+", help='.tar files, extracted directories, or "fake"')
     ap.add_argument("--old-rev", default="970e811", help="the git revision of the runtime to compare with")
+    ap.add_argument("--old-tar", type=Path, default=None,
+                    help="runtime_c of the old revision as a tar (git archive REV runtime_c), for machines without git")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
@@ -98,8 +100,8 @@ def main() -> None:
         work = Path(tmp)
         old_src = work / "old-src"
         old_src.mkdir()
-        archive = subprocess.run(["git", "archive", args.old_rev, "runtime_c"], cwd=ROOT, check=True,
-                                 capture_output=True).stdout
+        archive = args.old_tar.read_bytes() if args.old_tar else subprocess.run(
+            ["git", "archive", args.old_rev, "runtime_c"], cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(old_src)], input=archive, check=True)
         old_exe = build_runtime(old_src, work / "old", profile=False)
         new_exe = build_runtime(ROOT, work / "new", profile=True)
