@@ -235,41 +235,76 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     choose_ms = (time.perf_counter() - t0) * 1e3
     if not decoded:
         return None, "no legal point decoded", tlm
-    best = decoded[0]
-    if target_kind == "cuda":
-        best, why = _with_a_full_grid(tlm, space, hardware, info, decoded)
-        if best is None:
-            return None, why, tlm
+    check = _grid_check(space, hardware) if target_kind == "cuda" else _register_check(func, hardware)
+    best, why = _first_that_fits(tlm, space, hardware, info, decoded, check)
+    if best is None:
+        return None, why, tlm
     if best.confidence < tlm.summary.min_confidence:
         return None, f"confidence {best.confidence:.2f} below {tlm.summary.min_confidence:.2f}", tlm
     note = f"{tlm.id}, confidence {best.confidence:.2f}"
     if best is not decoded[0]:
-        note += " (a top-k sample: the greedy point's grid was under one wave)"
+        note += f" (a top-k sample: the greedy point's {check.what} was out of bounds)"
     choice = RuleChoice(best.sketch, best.func, best.decisions, note, choose_ms,
                         (time.perf_counter() - started) * 1e3, tuple(d for d in decoded if d is not best))
     return choice, "", tlm
 
 
-GRID_RETRIES = 8  # top-k samples tried when the greedy CUDA point launches too few blocks
+RETRIES = 8  # top-k samples tried when the greedy point fails its target's sanity check
 
 
-def _with_a_full_grid(tlm, space: DesignSpace, hardware: Any, info, decoded: list) -> tuple[Any, str]:
-    """The first decoded CUDA point (greedy, then seeded top-k samples) whose grid reaches
-    cuda_footprint.grid_floor, or (None, why). On fused convolutions it never saw whole, the model
-    chose grids of 1-16 blocks for a 132-SM GPU: ResNet-50 ran 13x slower than with the rules."""
-    from ..tlm.decode import decode_space
+@dataclass(frozen=True)
+class PointCheck:
+    """A hardware-derived bound a TLM point must keep (the model has no notion of the machine)."""
+
+    what: str  # what is checked, for the note: "grid", "register tile"
+    fits: Callable[[Any], bool]  # Decoded -> within bounds
+    why_not: Callable[[Any], str]  # Decoded -> the fallback note
+
+
+def _grid_check(space: DesignSpace, hardware: Any) -> PointCheck | None:
+    """CUDA: the grid reaches cuda_footprint.grid_floor. On fused convolutions it never saw whole,
+    the model chose grids of 1-16 blocks for a 132-SM GPU: ResNet-50 ran 13x slower than with the rules."""
     from .cuda_footprint import SharedFootprint, grid_blocks, grid_floor
 
     footprint = SharedFootprint.of(space.mod["main"])
     floor = grid_floor(footprint, hardware.sm_count)
-    if not floor or grid_blocks(footprint, decoded[0].decisions) >= floor:
+    if not floor:
+        return None
+    return PointCheck("grid", lambda d: grid_blocks(footprint, d.decisions) >= floor,
+                      lambda d: f"grid of {grid_blocks(footprint, d.decisions)} blocks under one wave ({floor}) "
+                                f"of {hardware.sm_count} SMs")
+
+
+def _register_check(func, hardware: Any) -> PointCheck | None:
+    """x86 matmul-like tasks: the register tile keeps x86_registers.register_tile_bounds."""
+    from .heuristics.classify import classify
+    from .x86_registers import register_tile_bounds, register_tile_vectors
+
+    task = classify(func)
+    if task.kind != "matmul":
+        return None
+    lanes = hardware.lanes(32)
+    low, high = register_tile_bounds(hardware)
+
+    def vectors(d) -> int | None:
+        return register_tile_vectors(tuple(task.spatial), d.decisions, lanes)
+
+    return PointCheck("register tile", lambda d: vectors(d) is None or low <= vectors(d) <= high,
+                      lambda d: f"register tile of {vectors(d)} accumulator vectors outside {low}..{high}")
+
+
+def _first_that_fits(tlm, space: DesignSpace, hardware: Any, info, decoded: list,
+                     check: PointCheck | None) -> tuple[Any, str]:
+    """The first decoded point (greedy, then seeded top-k samples) that passes ``check``, or (None, why)."""
+    from ..tlm.decode import decode_space
+
+    if check is None or check.fits(decoded[0]):
         return decoded[0], ""
-    candidates = decoded if len(decoded) > 1 else decode_space(tlm, space, hardware, info, samples=GRID_RETRIES)
+    candidates = decoded if len(decoded) > 1 else decode_space(tlm, space, hardware, info, samples=RETRIES)
     for candidate in candidates:
-        if grid_blocks(footprint, candidate.decisions) >= floor:
+        if check.fits(candidate):
             return candidate, ""
-    blocks = grid_blocks(footprint, decoded[0].decisions)
-    return None, f"grid of {blocks} blocks under one wave ({floor}) of {hardware.sm_count} SMs"
+    return None, check.why_not(decoded[0])
 
 
 @dataclass

@@ -1,0 +1,37 @@
+"""The register tile of an x86 matmul-like point, and the bounds a usable one keeps.
+
+A point of the SSRSRS sketch keeps, innermost, one accumulator per (vector of the last spatial
+loop) x (every other spatial loop's innermost factor). FMA latency (4) x ports (2) wants about 8
+independent accumulators on AVX2; more than the vector registers minus the operands' spills
+inside the reduction loop. The TLM chose both extremes on GPT-2's dense layers (1 and 16
+accumulators on 16 ymm registers: 3.1x and 3.2x slower than the rules), so a build takes a TLM
+point only inside these bounds (select.py tries the model's top-k samples, then the rules).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .records import Decision
+
+OPERAND_REGISTERS = 2  # the broadcast and the vector-loaded operand of each FMA
+
+
+def register_tile_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, ...], lanes: int) -> int | None:
+    """Accumulator vectors of the point's innermost tile, or None when its 4-way spatial tiles do
+    not match the task's spatial loops (another sketch shape: nothing to check)."""
+    tiles = [d.value for d in decisions if d.kind == "tile" and isinstance(d.value, tuple) and len(d.value) == 4]
+    if len(tiles) != len(spatial) or [math.prod(t) for t in tiles] != list(spatial):
+        return None
+    vectors = math.ceil(tiles[-1][3] / lanes)
+    for tile in tiles[:-1]:
+        vectors *= tile[3]
+    return vectors
+
+
+def register_tile_bounds(hardware: Any) -> tuple[int, int]:
+    """(fewest, most) accumulator vectors: half the rules' budget, and the register file less
+    the operands (AVX2: 4..14 of 16 ymm; AVX-512: 8..30 of 32 zmm)."""
+    budget = max(4, hardware.vector_registers // 2)
+    return budget // 2, hardware.vector_registers - OPERAND_REGISTERS
