@@ -134,6 +134,7 @@ class DesignSpace:
         self.context = ms.TuneContext(mod=self.mod, target=target, space_generator=generator,
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
+        self.metaschedule_sketches = len(self.sketches)  # those before the appended GEMM sketches
         if target.kind.name == "cuda":  # appended: MetaSchedule's sketch indexes keep their meaning
             from .cuda_gemm_sketch import gemm_sketches
 
