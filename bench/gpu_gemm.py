@@ -4,6 +4,9 @@
     python bench/gpu_gemm.py prepare WORK CARRY [--schedulers tlm heuristic]   # here: ONNX + builds
     python bench/gpu_gemm.py run CARRY [--runs 100] [--json OUT]               # on the GPU machine
 
+A "scheduler" may also be a variant of VARIANTS: old-rules (heuristic without the cuda-gemm rule,
+i.e. MetaSchedule's SSSRRSRS sketch as before), gemm256 (cuda-gemm with 256-thread blocks at least).
+
 Each shape is one ONNX MatMul of two inputs A [M, K] and B [K, N] (no weights, so the artifacts
 are small enough to carry), built with ``tlmpack build -t cuda --scheduler S``. There, inputs
 live on the GPU (DLPack), the artifact replays its CUDA graph, and torch.matmul runs on the same
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tarfile
@@ -42,6 +46,13 @@ SHAPES = [
 ]
 
 
+# variant → (tlmpack build arguments, extra environment)
+VARIANTS = {
+    "old-rules": (["--scheduler", "heuristic", "--disable-rules", "cuda-gemm"], {}),
+    "gemm256": (["--scheduler", "heuristic"], {"TLMPACK_CUDA_GEMM_MIN_THREADS": "256"}),
+}
+
+
 def gemm_onnx(path: Path, m: int, k: int, n: int) -> None:
     import onnx
     from onnx import TensorProto, helper
@@ -63,9 +74,38 @@ def prepare(work: Path, carry: Path, schedulers: list[str]) -> None:
         for s in schedulers:
             out = carry / f"{label}.{s}.tar"
             if not out.exists():
+                args, env = VARIANTS.get(s, (["--scheduler", s], {}))
                 subprocess.run([sys.executable, "-m", "tlmpack.cli", "build", str(onnx_path), "-t", "cuda",
-                                "--scheduler", s, "-o", str(out)], check=True)
+                                *args, "-o", str(out)], check=True, env={**os.environ, **env})
     (carry / "gemm.json").write_text(json.dumps({"shapes": SHAPES, "schedulers": schedulers}))
+
+
+def kernel_ms(model, feed: dict, runs: int) -> float:
+    """GPU time of the artifact's kernels per run (the C runtime's CUDA-event profiler)."""
+    lib, handle = model._lib, model._handle
+    lib.set_profiling(handle, True)
+    try:
+        for _ in range(runs):
+            model.run(None, feed, output_device="cuda")
+        report = lib.profile(handle)
+    finally:
+        lib.set_profiling(handle, False)
+    return report.kernel_ns / max(report.runs, 1) / 1e6
+
+
+def event_ms(fn, runs: int) -> float:
+    """GPU time per call of ``fn`` between two CUDA events around ``runs`` back-to-back calls."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(runs):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / runs
 
 
 def run(carry: Path, runs: int, json_out: Path | None) -> int:
@@ -97,10 +137,12 @@ def run(carry: Path, runs: int, json_out: Path | None) -> int:
                 row[f"{s}_err"] = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
                 row[f"{s}_ms"] = median_ms(lambda mod=model, x=ta, y=tb: mod.run(None, {"A": x, "B": y}, output_device="cuda"),
                                            runs, sync)
+                row[f"{s}_kernel_ms"] = kernel_ms(model, {"A": ta, "B": tb}, runs)
                 model.close()
                 if row[f"{s}_err"] >= 1e-4:
                     failed.append(f"{label}.{s}")
             row["cublas_ms"] = median_ms(lambda x=ta, y=tb: torch.matmul(x, y), runs, sync)
+            row["cublas_kernel_ms"] = event_ms(lambda x=ta, y=tb: torch.matmul(x, y), runs)
             row["cublas_tflops"] = 2 * m * k * n / row["cublas_ms"] / 1e9
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -115,6 +157,15 @@ def run(carry: Path, runs: int, json_out: Path | None) -> int:
     for s in schedulers:
         shares = [r["cublas_ms"] / r[f"{s}_ms"] for r in rows]
         print(f"geometric mean share of cuBLAS, {s}: {math.exp(sum(map(math.log, shares)) / len(shares)):.2f}")
+    print("\nkernel time only (tlmpack: the runtime's CUDA-event profiler; cuBLAS: events around back-to-back calls)")
+    print("| shape | cuBLAS kernel ms | " + " | ".join(f"{s} kernel ms | {s} share" for s in schedulers) + " |")
+    print("|---|---:|" + "---:|---:|" * len(schedulers))
+    for r in rows:
+        cells = [f"{r[f'{s}_kernel_ms']:.4f} | {r['cublas_kernel_ms'] / r[f'{s}_kernel_ms']:.2f}" for s in schedulers]
+        print(f"| {r['shape']} | {r['cublas_kernel_ms']:.4f} | " + " | ".join(cells) + " |")
+    for s in schedulers:
+        shares = [r["cublas_kernel_ms"] / r[f"{s}_kernel_ms"] for r in rows]
+        print(f"geometric mean kernel share of cuBLAS, {s}: {math.exp(sum(map(math.log, shares)) / len(shares)):.2f}")
     print("FAILED: " + ", ".join(failed) if failed else "all results match fp64 within 1e-4")
     return 1 if failed else 0
 

@@ -42,6 +42,7 @@ MAX_SHARED_MEMORY_PER_BLOCK = 48 * 1024
 MAX_THREADS_PER_BLOCK = 1024
 # Fixed, so the artifact is reproducible; no --use_fast_math (fp32 results must stay within 1e-4).
 NVCC_FLAGS = ("-O3", "-std=c++17", "-w")
+ASYNC_COPY_MIN_ARCH = 80  # cp.async: sm_80 and later (the PTX is built for the lowest arch)
 
 _ARCH_RE = re.compile(r"^sm_(\d{2,3})$")
 _LAUNCH_TAGS = {"blockIdx.x": ("grid", 0), "blockIdx.y": ("grid", 1), "blockIdx.z": ("grid", 2),
@@ -359,7 +360,12 @@ def generate(funcs: dict[str, Any], target: CudaTarget) -> tuple[str, dict[str, 
         mod = tvm.tirx.transform.BindTarget(tvm_target)(mod)
         pipeline, _finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(tvm_target)
         current = tvm.transform.PassContext.current()
-        with tvm.transform.PassContext(opt_level=current.opt_level, config=dict(current.config),
+        config = dict(current.config)
+        if arch_number(target.ptx_arch) >= ASYNC_COPY_MIN_ARCH:
+            # copies in a pipeline's async stage (software_pipeline_async_stages) become cp.async;
+            # without this TVM keeps them synchronous and only emits the commit/wait groups
+            config.setdefault("tirx.use_async_copy", True)
+        with tvm.transform.PassContext(opt_level=current.opt_level, config=config,
                                        instruments=[snapshot]):
             lowered = pipeline(mod)
         _host, device_mods = split_host_device_mods(lowered)

@@ -116,7 +116,8 @@ def fixed_decider(decisions: tuple[Decision, ...]):
 
 
 class DesignSpace:
-    """The sketches MetaSchedule's post-order-apply generates for one PrimFunc on one target."""
+    """The sketches MetaSchedule's post-order-apply generates for one PrimFunc on one target; on
+    CUDA, GEMMs get two more after them (cuda_gemm_sketch.py: vectorised, pipelined, split-K)."""
 
     def __init__(self, func, target, seed: int = 0) -> None:
         import tvm
@@ -133,6 +134,12 @@ class DesignSpace:
         self.context = ms.TuneContext(mod=self.mod, target=target, space_generator=generator,
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
+        self.metaschedule_sketches = len(self.sketches)  # those before the appended GEMM sketches
+        if target.kind.name == "cuda":  # appended: MetaSchedule's sketch indexes keep their meaning
+            from .cuda_gemm_sketch import gemm_sketches
+
+            arch = str(target.attrs.get("arch", "sm_90"))
+            self.sketches += gemm_sketches(self.mod, func, async_copy=int(arch[3:] or 0) >= 80)
 
     def steps(self, sketch: int) -> tuple[str, ...]:
         """The schedule instructions of a sketch's trace by kind (``"CacheWrite"``,

@@ -81,8 +81,10 @@ class CudaPoint:
 
 
 def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | None = None) -> CudaPoint | None:
-    """One random legal point of a CUDA space (None when the postprocessors refuse it)."""
-    sketch = rng.randrange(len(space.sketches))
+    """One random legal point of a CUDA space (None when the postprocessors refuse it), from
+    MetaSchedule's sketches: the appended GEMM sketches are the rules' until the corpus covers them
+    (the guide reads MultiLevelTiling's 5-way tiles, and the seeded corpus stays as it was)."""
+    sketch = rng.randrange(space.metaschedule_sketches)
     replayed = space.replay(sketch, guided_decider(rng, footprint), locations=True)
     if replayed is None:
         return None

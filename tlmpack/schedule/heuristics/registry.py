@@ -56,7 +56,7 @@ def register(cls: type[Rule]) -> type[Rule]:
     return cls
 
 
-RULE_MODULES = ("x86_matmul", "x86_reduction", "x86_pointwise", "cuda_matmul", "cuda_reduction", "cuda_pointwise")
+RULE_MODULES = ("x86_matmul", "x86_reduction", "x86_pointwise", "cuda_gemm", "cuda_matmul", "cuda_reduction", "cuda_pointwise")
 
 
 def _load_rule_modules() -> None:

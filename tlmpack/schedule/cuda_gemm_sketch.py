@@ -1,0 +1,169 @@
+"""Two GEMM sketches appended to the CUDA design space of dense / batch-matmul tasks (after
+MetaSchedule's own, so stored sketch indexes keep their meaning): ``gemm`` and ``gemm-splitk``.
+
+Both are traces of ordinary schedule instructions whose choices are sampling instructions, so the
+Space Builder lists them as sites and replays them like any other sketch:
+
+- a block tile of BM x BN outputs computed by (BM/TM) x (BN/TN) threads, each holding a TM x TN
+  register tile (``i``, ``j``: 3-way tiles grid / threads / registers; the thread loops are fused
+  into threadIdx.x with N fastest, so a warp spans N and reads the A tile by broadcast);
+- the K loop split into outer steps of BK (``k``: 2-way tile; ``gemm-splitk``: 3-way, its
+  outermost factor split off by rfactor into a grid dimension, with a second small kernel adding
+  the partial sums);
+- both operand tiles staged in shared memory (rows padded by 4 words: 16-byte aligned, fewer bank
+  conflicts) by cooperative fetches whose vector length is a categorical site (1, 2 or 4 words:
+  4 is a float4 load, a 16-byte cp.async once pipelined);
+- a two-stage software pipeline over the K loop (``software_pipeline_stage`` [0, 0, 1]; on sm_80+
+  the copy stage is asynchronous, ``software_pipeline_async_stages`` [0], and lower/cuda.py's
+  ``tirx.use_async_copy`` turns its copies into 16-byte cp.async), and an unroll-depth site.
+
+Tasks with one multiply-accumulate block over one reduction loop whose inputs each ignore exactly
+one output loop (A ignores N, B ignores M; other loops batch) get them; injective producers are
+inlined into the GEMM and injective consumers into its write-back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SKETCH_NAMES = ("gemm", "gemm-splitk")
+FETCH_VECTOR_LENS = [1, 2, 4]
+UNROLL_MAX_STEPS = [0, 16, 64, 512, 1024]
+FINAL_THREADS = 256
+SHARED_ROW_PAD = 4  # words: keeps 16-byte alignment for float4 stores and cp.async
+PIPELINE = {"software_pipeline_stage": [0, 0, 1], "software_pipeline_order": [0, 1, 2],
+            "software_pipeline_async_stages": [0]}
+
+
+def gemm_axes(func) -> tuple[str, int, int, dict[str, str]] | None:
+    """(main block, M loop, N loop, {"A": its input's name, "B": its input's name}) when ``func`` is a
+    GEMM these sketches serve, else None."""
+    from tvm import s_tir
+
+    from .heuristics.classify import classify
+
+    task = classify(func)
+    if task.kind != "matmul" or len(task.reduction) != 1 or len(task.reuse) != 2 or len(task.spatial) < 2:
+        return None
+    (a_name, a_ignores), (b_name, b_ignores) = task.reuse.items()
+    if len(a_ignores) != 1 or len(b_ignores) != 1:
+        return None
+    m_axis, n_axis = b_ignores[0], a_ignores[0]
+    if m_axis > n_axis:  # the operand that ignores the last loop is A
+        (a_name, a_ignores), (b_name, b_ignores) = (b_name, b_ignores), (a_name, a_ignores)
+        m_axis, n_axis = n_axis, m_axis
+    sch = s_tir.Schedule(func)
+    block = sch.get(sch.get_sblock(task.block))
+    reads = [r.source.name for r in block.reads]
+    if a_name not in reads or b_name not in reads:
+        return None
+    if [int(v.iter_type) for v in block.iter_vars][-1] != 2:  # reduction loop last (CommReduce)
+        return None
+    return task.block, m_axis, n_axis, {"A": a_name, "B": b_name}
+
+
+def gemm_sketches(mod, func, async_copy: bool = True) -> list[Any]:
+    """The appended sketches for ``mod["main"]`` (``func`` the task), empty when it is no GEMM.
+    ``async_copy``: the pipeline's copy stage is asynchronous (cp.async: sm_80 and later)."""
+    axes = gemm_axes(func)
+    if axes is None:
+        return []
+    out = []
+    for split_k in (False, True):
+        sch = _sketch(mod, axes, split_k, async_copy)
+        if sch is not None:
+            out.append(sch)
+    return out
+
+
+def _sketch(mod, axes, split_k: bool, async_copy: bool):
+    from tvm import s_tir
+
+    block_name, m_axis, n_axis, read_names = axes
+    sch = s_tir.Schedule(mod)
+    try:
+        block = sch.get_sblock(block_name)
+        if not _inline_around(sch, block_name):
+            return None
+        loops = sch.get_loops(block)
+        spatial, k = loops[:-1], loops[-1]
+        i_factors = sch.sample_perfect_tile(spatial[m_axis], n=3, max_innermost_factor=8)
+        j_factors = sch.sample_perfect_tile(spatial[n_axis], n=3, max_innermost_factor=8)
+        k_tiles = sch.split(k, sch.sample_perfect_tile(k, n=3 if split_k else 2, max_innermost_factor=32))
+        final = None
+        if split_k:  # the outermost K part becomes a grid dimension of partial sums
+            sch.reorder(k_tiles[0], *spatial)
+            final, block = block, sch.rfactor(k_tiles[0], factor_axis=0)
+            ks, *loops = sch.get_loops(block)
+            spatial, k_tiles = loops[:-2], loops[-2:]
+        i_tiles = sch.split(spatial[m_axis], i_factors)
+        j_tiles = sch.split(spatial[n_axis], j_factors)
+        batch = [loop for a, loop in enumerate(spatial) if a not in (m_axis, n_axis)]
+        sch.reorder(*batch, i_tiles[0], j_tiles[0], i_tiles[1], j_tiles[1], *k_tiles, i_tiles[2], j_tiles[2])
+        grid = sch.fuse(*([ks] if split_k else []), *batch, i_tiles[0], j_tiles[0])
+        sch.bind(grid, "blockIdx.x")
+        threads = sch.fuse(i_tiles[1], j_tiles[1])
+        sch.bind(threads, "threadIdx.x")
+        ko = k_tiles[0]
+        reads = [r.source.name for r in sch.get(block).reads]
+        for operand in ("A", "B"):
+            shared = sch.cache_read(block, reads.index(read_names[operand]), "shared")
+            # unit loops kept: the trace's shape must not depend on the sampled tiles
+            sch.compute_at(shared, ko, preserve_unit_loops=True)
+            ndim = len(sch.get(shared).writes[0].source.shape)
+            sch.storage_align(shared, 0, axis=ndim - 2, factor=32, offset=SHARED_ROW_PAD)
+            sch.fuse(*sch.get_loops(shared)[-ndim:])
+            vector = sch.sample_categorical(FETCH_VECTOR_LENS, [1 / len(FETCH_VECTOR_LENS)] * len(FETCH_VECTOR_LENS))
+            sch.annotate(shared, "meta_schedule.cooperative_fetch", vector)
+        local = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(local, threads, preserve_unit_loops=True)
+        if final is not None:  # the partial sums' reduction: one thread per output
+            ks_sum, *outputs = sch.get_loops(final)  # the K part stayed outermost
+            sch.reorder(*outputs, ks_sum)
+            bx, tx = sch.split(sch.fuse(*outputs), [None, FINAL_THREADS])
+            sch.bind(bx, "blockIdx.x")
+            sch.bind(tx, "threadIdx.x")
+            local_final = sch.cache_write(final, 0, "local")
+            sch.reverse_compute_at(local_final, tx, preserve_unit_loops=True)
+            _reverse_inline_consumers(sch, local_final)
+        else:
+            _reverse_inline_consumers(sch, local)
+        for key, value in PIPELINE.items():
+            if async_copy or key != "software_pipeline_async_stages":
+                sch.annotate(ko, key, value)
+        root = sch.get_sblock("root")
+        unroll = sch.sample_categorical(UNROLL_MAX_STEPS, [1 / len(UNROLL_MAX_STEPS)] * len(UNROLL_MAX_STEPS))
+        sch.annotate(root, "meta_schedule.unroll_explicit", unroll)
+    except Exception:  # noqa: BLE001 - TVM's ScheduleError: this task does not take the sketch
+        return None
+    return sch
+
+
+def _inline_around(sch, main: str) -> bool:
+    """Inlines every injective producer of the GEMM into it (transposes, casts of its inputs);
+    False when a block before it cannot be."""
+    from tvm import tirx
+
+    root = sch.get_sblock("root")
+    for rv in sch.get_child_blocks(root):
+        b = sch.get(rv)
+        if b.name_hint == main:
+            return True
+        if any(v.iter_type == tirx.IterVar.CommReduce for v in b.iter_vars):
+            return False
+        sch.compute_inline(rv)
+    return True
+
+
+def _reverse_inline_consumers(sch, local) -> None:
+    """Injective epilogues (bias, activation) into the write-back; what does not go stays a block
+    of its own, bound by RewriteUnboundBlock."""
+    root = sch.get_sblock("root")
+    blocks = [sch.get(b).name_hint for b in sch.get_child_blocks(root)]
+    write_back = sch.get(local).name_hint
+    after = blocks[blocks.index(write_back) + 1:] if write_back in blocks else []
+    for name in after:
+        try:
+            sch.reverse_compute_inline(sch.get_sblock(name))
+        except Exception:  # noqa: BLE001
+            return

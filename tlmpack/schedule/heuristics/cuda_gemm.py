@@ -1,0 +1,188 @@
+"""cuda-gemm: a point of the appended ``gemm`` / ``gemm-splitk`` sketches (schedule/cuda_gemm_sketch.py)
+for dense and batch-matmul tasks, chosen from the hardware description alone.
+
+Sites: a 3-way tile of M (grid, threads, register rows), one of N (grid, threads, register
+columns), the K tile (``gemm``: steps of BK, BK; ``gemm-splitk``: K parts, steps, BK), the
+cooperative-fetch vector length of A's and B's shared tile, and the unroll depth.
+
+How it decides: every block shape of a small menu (threads along M x along N, a TM x TN register
+tile, BK) that divides the loops, and every split of K into 1..32 parts, is scored with a
+closed-form model of the busiest SM: the slowest of FMA issue (128/clk), shared-memory reads (32
+words/clk; TM + TN words a thread per K step, a float4 read counting once per 4 words along N),
+L2 reads (about 16 words/clk/SM) and DRAM (about 2.7 kB/clk for the part), with too few resident
+warps to hide latency charged as in cuda-matmul, plus, for a split, the partial sums' round trip
+and a second launch. Occupancy comes from threads, registers (TM*TN accumulators + TM + TN + 40)
+and shared memory (two stages of both tiles, rows padded by 4 words). The fetch vector is the
+widest of 4, 2, 1 that divides a tile row and the tile over the threads; unroll 512.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from ..space import SamplingSite
+from .classify import TaskClass
+from .registry import Decisions, Rule, register
+
+FMA_PER_CLK = 128
+SMEM_WORDS_PER_CLK = 32
+L2_WORDS_PER_CLK = 16
+DRAM_BYTES_PER_CLK = 2700  # H200: 4.8 TB/s at 1.75 GHz; the same order on every sm_80+ part
+LAUNCH_CLK = 4000  # a second kernel (split-K's sum): launch and tail
+LOAD_LATENCY_CLK = 700
+PAD = 4  # words per shared row (cuda_gemm_sketch.SHARED_ROW_PAD)
+STAGES = 2
+THREADS_M = (1, 2, 4, 8, 16, 32)
+THREADS_N = (8, 16, 32)
+REG_M = (1, 2, 4, 8)
+REG_N = (1, 2, 4, 8)
+BK_MENU = (32, 16, 8, 4)
+MAX_SPLIT = 32
+SPLIT_BELOW_WAVES = 2  # K is split only when the whole-K grid has fewer blocks than 2 per SM
+SPLIT_UP_TO_WAVES = 4
+UNROLL = 512
+FETCH_VECTORS = (4, 2, 1)
+
+
+def gemm_axes(task: TaskClass) -> tuple[int, int, list[int]] | None:
+    """(M loop, N loop, batch loops) of a GEMM the sketches take, else None."""
+    from .cuda_matmul import axis_roles  # here, not above: importing it registers cuda-matmul first
+
+    if task.kind != "matmul" or len(task.reduction) != 1 or len(task.spatial) < 2:
+        return None
+    roles = axis_roles(task)
+    left = [a for a, r in enumerate(roles) if r == "left"]
+    right = [a for a, r in enumerate(roles) if r == "right"]
+    if len(left) != 1 or len(right) != 1:
+        return None
+    return left[0], right[0], [a for a, r in enumerate(roles) if r == "free"]
+
+
+def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
+    """The best-scoring point: {"tm", "tn", "ty", "tx", "bk", "ks", "score"} (ks 1: no split).
+    ``split_k``: True / False restricts the search to one sketch."""
+    axes = gemm_axes(task)
+    if axes is None:
+        return None
+    m_axis, n_axis, batch_axes = axes
+    m, n, k = task.spatial[m_axis], task.spatial[n_axis], task.reduction[0]
+    batch = math.prod(task.spatial[a] for a in batch_axes)
+    best = None
+    for ty in THREADS_M:
+        for tx in THREADS_N:
+            threads = ty * tx
+            if not _min_threads() <= threads <= min(256, hw.max_threads_per_block):
+                continue
+            for tm in REG_M:
+                for tn in REG_N:
+                    bm, bn = ty * tm, tx * tn
+                    if m % bm or n % bn:
+                        continue
+                    for bk in BK_MENU:
+                        if k % bk:
+                            continue
+                        for ks in range(1, MAX_SPLIT + 1):
+                            if (split_k is False and ks > 1) or (split_k is True and ks == 1):
+                                continue
+                            if (k // bk) % ks or k // (bk * ks) < 2:
+                                continue
+                            score = _score(hw, m, n, k, batch, ty, tx, tm, tn, bk, ks)
+                            if score is not None and (best is None or score < best["score"] - 1e-9):
+                                best = {"tm": tm, "tn": tn, "ty": ty, "tx": tx, "bk": bk, "ks": ks, "score": score}
+    return best
+
+
+def _min_threads() -> int:
+    """64, or TLMPACK_CUDA_GEMM_MIN_THREADS (an A/B knob for bench/gpu_gemm.py, not a build option)."""
+    return int(os.environ.get("TLMPACK_CUDA_GEMM_MIN_THREADS", "") or 64)
+
+
+def _score(hw, m, n, k, batch, ty, tx, tm, tn, bk, ks) -> float | None:
+    threads = ty * tx
+    bm, bn = ty * tm, tx * tn
+    kc = k // ks
+    smem = 4 * STAGES * (bm * (bk + PAD) + bk * (bn + PAD))
+    if smem > hw.max_shared_memory_per_block:
+        return None
+    regs = tm * tn + tm + tn + 40
+    if regs > 255:
+        return None
+    per_sm = min(2048 // threads, hw.registers_per_sm // (threads * regs), hw.shared_memory_per_sm // smem, 32)
+    if per_sm < 1:
+        return None
+    blocks = batch * (m // bm) * (n // bn) * ks
+    if ks > 1 and (blocks // ks >= SPLIT_BELOW_WAVES * hw.sm_count or blocks > SPLIT_UP_TO_WAVES * hw.sm_count):
+        return None  # split only grids too small for the SMs, and only up to a few waves
+    on_sm = math.ceil(blocks / hw.sm_count)  # blocks the busiest SM runs
+    resident = min(on_sm, per_sm)
+    work = on_sm * bm * bn * kc  # FMAs
+    warp_steps = work / (tm * tn) / 32  # one warp's K step: TM*TN FMAs, TM + TN shared words a thread
+    issue = warp_steps * (tm * tn + tm + math.ceil(tn / 4) + 2) / 4  # 4 schedulers, one instruction a clock
+    rows_per_warp = max(1, 32 // tx)  # A's words: broadcast within a row of threads, rows conflict
+    a_wavefronts = tm * rows_per_warp
+    b_wavefronts = max(tn * tx / 32, math.ceil(tn / 4)) * (2 if tn == 8 else 1)  # LDS.128 of 8-word rows: 2-way
+    shared = warp_steps * (a_wavefronts + b_wavefronts)  # one 128-byte wavefront a clock
+    l2 = on_sm * (bm + bn) * kc / L2_WORDS_PER_CLK
+    dram = 4 * batch * (m * k + k * n + m * n * (2 * ks - 1 if ks > 1 else 1)) / DRAM_BYTES_PER_CLK / hw.sm_count
+    latency = math.ceil(on_sm / per_sm) * (kc // bk) * LOAD_LATENCY_CLK / (STAGES * min(resident, 4))
+    sm_time = max(issue, shared, l2, dram, latency)
+    warps = resident * math.ceil(threads / 32)
+    if warps < 8:
+        sm_time *= 8 / warps
+    if ks > 1:
+        sm_time += LAUNCH_CLK
+    return sm_time
+
+
+def fetch_vector(words: int, row_words: int, threads: int) -> int:
+    """The widest vector that divides a tile row and spreads the tile evenly over the threads."""
+    return next((v for v in FETCH_VECTORS if row_words % v == 0 and words % (threads * v) == 0), 1)
+
+
+@register
+class CudaGemm(Rule):
+    name = "cuda-gemm"
+    target = "cuda"
+
+    def is_eligible(self, task: TaskClass, hardware: Any) -> bool:
+        return gemm_axes(task) is not None
+
+    def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
+        """The appended sketches (their staged tiles are padded: StorageAlign), the split-K one
+        first when the plan splits K; the others are cuda-matmul's."""
+        ours = [i for i, steps in enumerate(sketches) if "StorageAlign" in steps]
+        split = [i for i in ours if any(step.startswith("RFactor") for step in sketches[i])]
+        whole = [i for i in ours if i not in split]
+        chosen = plan(task, hardware)
+        if chosen is None:
+            return []
+        return split + whole if chosen["ks"] > 1 else whole + split
+
+    def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware: Any) -> Decisions | None:
+        axes = gemm_axes(task)
+        if axes is None or len(sites) != 6 or [s.kind for s in sites] != ["tile"] * 3 + ["categorical"] * 3:
+            return None
+        m_axis, n_axis, _ = axes
+        m, n, k = task.spatial[m_axis], task.spatial[n_axis], task.reduction[0]
+        tile_m, tile_n, tile_k = sites[:3]
+        if (tile_m.extent, tile_n.extent, tile_k.extent) != (m, n, k):
+            return None
+        chosen = plan(task, hardware, split_k=tile_k.parts == 3)
+        if chosen is None:
+            return None
+        tm, tn, ty, tx, bk, ks = (chosen[key] for key in ("tm", "tn", "ty", "tx", "bk", "ks"))
+        threads = ty * tx
+        out: Decisions = {
+            tile_m.index: (m // (ty * tm), ty, tm),
+            tile_n.index: (n // (tx * tn), tx, tn),
+            tile_k.index: (ks, k // (ks * bk), bk) if tile_k.parts == 3 else (k // bk, bk),
+        }
+        # A's tile is BM x BK words, B's BK x BN, rows along either (the class does not say the layout)
+        for site, side in zip(sites[3:5], (ty * tm, tx * tn), strict=True):
+            vector = fetch_vector(side * bk, math.gcd(side, bk), threads)
+            out[site.index] = site.candidates.index(vector) if vector in site.candidates else 0
+        unroll = sites[5]
+        out[unroll.index] = unroll.candidates.index(UNROLL) if UNROLL in unroll.candidates else 0
+        return out
