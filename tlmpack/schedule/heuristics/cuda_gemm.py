@@ -46,29 +46,25 @@ UNROLL = 512
 FETCH_VECTORS = (4, 2, 1)
 
 
-def gemm_axes(task: TaskClass) -> tuple[int, int, list[int]] | None:
-    """(M loop, N loop, batch loops) of a GEMM the sketches take, else None."""
-    from .cuda_matmul import axis_roles  # here, not above: importing it registers cuda-matmul first
+def gemm_extents(task: TaskClass) -> tuple[int, int, int, int] | None:
+    """(M, N, K, batch) of a GEMM the sketches take (M the product of its folded loops), else None."""
+    from ..cuda_gemm_sketch import gemm_loops
 
-    if task.kind != "matmul" or len(task.reduction) != 1 or len(task.spatial) < 2:
+    loops = gemm_loops(task)
+    if loops is None:
         return None
-    roles = axis_roles(task)
-    left = [a for a, r in enumerate(roles) if r == "left"]
-    right = [a for a, r in enumerate(roles) if r == "right"]
-    if len(left) != 1 or len(right) != 1:
-        return None
-    return left[0], right[0], [a for a, r in enumerate(roles) if r == "free"]
+    m_axes, n_axis, batch_axes, _, _ = loops
+    return (math.prod(task.spatial[a] for a in m_axes), task.spatial[n_axis], task.reduction[0],
+            math.prod(task.spatial[a] for a in batch_axes))
 
 
 def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
     """The best-scoring point: {"tm", "tn", "ty", "tx", "bk", "ks", "score"} (ks 1: no split).
     ``split_k``: True / False restricts the search to one sketch."""
-    axes = gemm_axes(task)
-    if axes is None:
+    extents = gemm_extents(task)
+    if extents is None:
         return None
-    m_axis, n_axis, batch_axes = axes
-    m, n, k = task.spatial[m_axis], task.spatial[n_axis], task.reduction[0]
-    batch = math.prod(task.spatial[a] for a in batch_axes)
+    m, n, k, batch = extents
     best = None
     for ty in THREADS_M:
         for tx in THREADS_N:
@@ -147,7 +143,7 @@ class CudaGemm(Rule):
     target = "cuda"
 
     def is_eligible(self, task: TaskClass, hardware: Any) -> bool:
-        return gemm_axes(task) is not None
+        return gemm_extents(task) is not None
 
     def sketch_order(self, sketches: list[tuple[str, ...]], task: TaskClass, hardware: Any) -> list[int]:
         """The appended sketches (their staged tiles are padded: StorageAlign), the split-K one
@@ -161,11 +157,10 @@ class CudaGemm(Rule):
         return split + whole if chosen["ks"] > 1 else whole + split
 
     def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware: Any) -> Decisions | None:
-        axes = gemm_axes(task)
-        if axes is None or len(sites) != 6 or [s.kind for s in sites] != ["tile"] * 3 + ["categorical"] * 3:
+        extents = gemm_extents(task)
+        if extents is None or len(sites) != 6 or [s.kind for s in sites] != ["tile"] * 3 + ["categorical"] * 3:
             return None
-        m_axis, n_axis, _ = axes
-        m, n, k = task.spatial[m_axis], task.spatial[n_axis], task.reduction[0]
+        m, n, k, _ = extents
         tile_m, tile_n, tile_k = sites[:3]
         if (tile_m.extent, tile_n.extent, tile_k.extent) != (m, n, k):
             return None
