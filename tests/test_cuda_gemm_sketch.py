@@ -169,3 +169,36 @@ def test_no_cp_async_below_sm_80(hw):
     choice = schedule_with_rules(_matmul(2048, 768, 3072), target75, "cuda", cuda_hardware("sm_75"))
     source, _ = generate({"t": choice.func.with_attr("tirx.is_scheduled", True)}, cuda_target(("sm_75",)))
     assert "cp.async.cg.shared.global" not in source
+
+
+def _activation_by_weight(batch: int, m: int, k: int, n: int):
+    """An ONNX MatMul of a [batch, rows, K] activation by a [K, N] weight, plus bias: the weight
+    ignores two loops (batch and rows): rows are M, batch goes to the grid."""
+    from tvm import te
+
+    a = te.placeholder((batch, m, k), name="A")
+    w = te.placeholder((k, n), name="W")
+    bias = te.placeholder((n,), name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((batch, m, n), lambda b, i, j: te.sum(a[b, i, r] * w[r, j], axis=r), name="C")
+    d = te.compute((batch, m, n), lambda b, i, j: c[b, i, j] + bias[j], name="D")
+    return te.create_prim_func([a, w, bias, d])
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_a_weight_that_ignores_batch_and_rows_is_a_batched_gemm(batch, tvm_target, hw):
+    from tlmpack.schedule.cuda_gemm_sketch import gemm_loops
+    from tlmpack.schedule.heuristics.classify import classify
+    from tlmpack.schedule.select import schedule_with_rules
+    from tlmpack.schedule.space import fixed_decider
+
+    func = _activation_by_weight(batch, 128, 768, 768)
+    assert gemm_loops(classify(func))[:3] == (1, 2, (0,))
+    space = _space(func, tvm_target)
+    assert len(_ours(space)) == 2
+    choice = schedule_with_rules(func, tvm_target, "cuda", hw)
+    assert choice.rule == "cuda-gemm" and choice.sketch in _ours(space)
+    m_tile = choice.decisions[0].value
+    assert m_tile[0] * m_tile[1] * m_tile[2] == 128
+    again = space.replay(choice.sketch, fixed_decider(choice.decisions))
+    assert again is not None and again[1] == choice.decisions

@@ -35,29 +35,31 @@ PIPELINE = {"software_pipeline_stage": [0, 0, 1], "software_pipeline_order": [0,
             "software_pipeline_async_stages": [0]}
 
 
-def gemm_loops(task) -> tuple[tuple[int, ...], int, tuple[int, ...], str, str] | None:
-    """(M loops, N loop, batch loops, A's name, B's name) of a GEMM task these sketches serve, else
-    None. A ignores only N; B ignores the M loops: one, or several adjacent ones that fold into one
-    M (an ONNX MatMul of a [batch, rows, K] activation by a [K, N] weight: the weight ignores
-    batch and rows). M comes before N; loops neither ignores are batch loops."""
+def gemm_loops(task) -> tuple[int, int, tuple[int, ...], str, str] | None:
+    """(M loop, N loop, batch loops, A's name, B's name) of a GEMM task these sketches serve, else
+    None. A ignores only N; B ignores M, the last loop before N it ignores, and may ignore more
+    loops before it: an ONNX MatMul of a [batch, rows, K] activation by a [K, N] weight, whose
+    batch loop then goes to the grid like any batch loop (fused with the rows, the staged A tile's
+    region could not be proven to stay in one batch). Loops neither ignores are batch loops."""
     from itertools import permutations
 
     if task.kind != "matmul" or len(task.reduction) != 1 or len(task.reuse) != 2 or len(task.spatial) < 2:
         return None
     for (a_name, a_ignores), (b_name, b_ignores) in permutations(task.reuse.items()):
-        m_axes = tuple(sorted(b_ignores))
-        if len(a_ignores) != 1 or not m_axes or a_ignores[0] in m_axes:
+        if len(a_ignores) != 1 or not b_ignores or a_ignores[0] in b_ignores:
             continue
         n_axis = a_ignores[0]
-        if m_axes != tuple(range(m_axes[0], m_axes[-1] + 1)) or m_axes[-1] > n_axis:
+        before_n = [a for a in b_ignores if a < n_axis]
+        if len(before_n) != len(b_ignores):
             continue
-        batch = tuple(a for a in range(len(task.spatial)) if a not in m_axes and a != n_axis)
-        return m_axes, n_axis, batch, a_name, b_name
+        m_axis = max(before_n)
+        batch = tuple(a for a in range(len(task.spatial)) if a not in (m_axis, n_axis))
+        return m_axis, n_axis, batch, a_name, b_name
     return None
 
 
-def gemm_axes(func) -> tuple[str, tuple[int, ...], int, dict[str, str]] | None:
-    """(main block, M loops, N loop, {"A": its input's name, "B": its input's name}) when ``func``
+def gemm_axes(func) -> tuple[str, int, int, dict[str, str]] | None:
+    """(main block, M loop, N loop, {"A": its input's name, "B": its input's name}) when ``func``
     is a GEMM these sketches serve, else None."""
     from tvm import s_tir
 
@@ -67,7 +69,7 @@ def gemm_axes(func) -> tuple[str, tuple[int, ...], int, dict[str, str]] | None:
     loops = gemm_loops(task)
     if loops is None:
         return None
-    m_axes, n_axis, _, a_name, b_name = loops
+    m_axis, n_axis, _, a_name, b_name = loops
     sch = s_tir.Schedule(func)
     block = sch.get(sch.get_sblock(task.block))
     reads = [r.source.name for r in block.reads]
@@ -75,7 +77,7 @@ def gemm_axes(func) -> tuple[str, tuple[int, ...], int, dict[str, str]] | None:
         return None
     if [int(v.iter_type) for v in block.iter_vars][-1] != 2:  # reduction loop last (CommReduce)
         return None
-    return task.block, m_axes, n_axis, {"A": a_name, "B": b_name}
+    return task.block, m_axis, n_axis, {"A": a_name, "B": b_name}
 
 
 def gemm_sketches(mod, func, async_copy: bool = True) -> list[Any]:
@@ -95,17 +97,12 @@ def gemm_sketches(mod, func, async_copy: bool = True) -> list[Any]:
 def _sketch(mod, axes, split_k: bool, async_copy: bool):
     from tvm import s_tir
 
-    block_name, m_axes, n_axis, read_names = axes
+    block_name, m_axis, n_axis, read_names = axes
     sch = s_tir.Schedule(mod)
     try:
         block = sch.get_sblock(block_name)
         if not _inline_around(sch, block_name):
             return None
-        if len(m_axes) > 1:  # several M loops (batch and rows of an activation) fold into one
-            loops = sch.get_loops(block)
-            sch.fuse(*(loops[a] for a in m_axes))
-            n_axis -= len(m_axes) - 1
-        m_axis = m_axes[0]
         loops = sch.get_loops(block)
         spatial, k = loops[:-1], loops[-1]
         i_factors = sch.sample_perfect_tile(spatial[m_axis], n=3, max_innermost_factor=8)

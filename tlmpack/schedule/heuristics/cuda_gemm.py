@@ -47,15 +47,14 @@ FETCH_VECTORS = (4, 2, 1)
 
 
 def gemm_extents(task: TaskClass) -> tuple[int, int, int, int] | None:
-    """(M, N, K, batch) of a GEMM the sketches take (M the product of its folded loops), else None."""
+    """(M, N, K, batch) of a GEMM the sketches take, else None."""
     from ..cuda_gemm_sketch import gemm_loops
 
     loops = gemm_loops(task)
     if loops is None:
         return None
-    m_axes, n_axis, batch_axes, _, _ = loops
-    return (math.prod(task.spatial[a] for a in m_axes), task.spatial[n_axis], task.reduction[0],
-            math.prod(task.spatial[a] for a in batch_axes))
+    m_axis, n_axis, batch_axes, _, _ = loops
+    return task.spatial[m_axis], task.spatial[n_axis], task.reduction[0], math.prod(task.spatial[a] for a in batch_axes)
 
 
 def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
