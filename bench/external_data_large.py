@@ -22,42 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _external(name: str, array: np.ndarray, location: str, offset: int):
-    """A TensorProto that points at ``array``'s bytes in ``location`` (a protobuf message cannot
-    hold 2 GiB, so the weights never pass through one)."""
-    from onnx import TensorProto
-
-    tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(array.shape))
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(array.nbytes))):
-        tensor.external_data.add(key=key, value=value)
-    tensor.data_location = TensorProto.EXTERNAL
-    return tensor
-
-
-def write_model(path: Path, rows: int, columns: int) -> int:
-    import onnx
-    from onnx import TensorProto, helper
-
-    rng = np.random.default_rng(0)
-    location = f"{path.stem}.weights"
-    initializers, offset = [], 0
-    with open(path.parent / location, "wb") as f:
-        for name, shape, scale in (("w1", (rows, columns), rows), ("w2", (columns, 8), columns)):
-            array = np.empty(shape, dtype=np.float32)
-            for start in range(0, shape[0], 1024):  # chunks: the weights are never in memory twice
-                array[start:start + 1024] = rng.standard_normal((min(1024, shape[0] - start), shape[1]),
-                                                                dtype=np.float32) / np.float32(np.sqrt(scale))
-            f.write(array.tobytes())
-            initializers.append(_external(name, array, location, offset))
-            offset += array.nbytes
-            del array
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=initializers)
-    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return offset
+from tlmpack.testing import onnx_cases
 
 
 def main() -> int:
@@ -68,7 +33,7 @@ def main() -> int:
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     model = args.dir / "big.onnx"
-    weights = write_model(model, args.rows, args.columns)
+    weights = onnx_cases.external_data_relu_mlp(model, args.rows, args.columns)
     print(f"model: {model.stat().st_size} B graph + {(args.dir / 'big.weights').stat().st_size / 2**30:.2f} GiB "
           f"external data ({weights / 2**30:.2f} GiB of weights)", flush=True)
     tar = args.dir / "big.tar"

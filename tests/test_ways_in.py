@@ -28,21 +28,54 @@ def test_external_data_model_builds_and_matches_onnxruntime(tmp_path):
     assert max(compare(tmp_path / "ext.tar", model)) < 1e-4
 
 
-def test_external_data_is_read_once_and_hashed_into_the_source(tmp_path, monkeypatch):
+def test_external_data_is_read_once_into_tvm_not_the_protobuf_and_hashed_into_the_source(tmp_path, monkeypatch):
     import onnx.external_data_helper as helper
 
-    from tlmpack.frontend import load_model
+    from tlmpack.frontend import load_model, onnx_external
 
     model = onnx_cases.external_data_mlp(tmp_path / "ext.onnx")
-    calls = []
-    real = helper.load_external_data_for_model
-    monkeypatch.setattr(helper, "load_external_data_for_model", lambda *a, **k: calls.append(a) or real(*a, **k))
+    reads = []
+    real = onnx_external.read_external
+    monkeypatch.setattr(onnx_external, "read_external", lambda t, base: reads.append(t.name) or real(t, base))
+    monkeypatch.setattr(helper, "load_external_data_for_model", lambda *a, **k: pytest.fail("loaded into the protobuf"))
     first = load_model(str(model)).source.sha256
-    assert len(calls) == 1
+    assert sorted(reads) == ["b1", "w1", "w2"]
     weights = bytearray((tmp_path / "ext.weights").read_bytes())
     weights[100] ^= 1
     (tmp_path / "ext.weights").write_bytes(bytes(weights))
     assert load_model(str(model)).source.sha256 != first
+
+
+def test_truncated_external_data_is_refused_naming_the_initializer(tmp_path):
+    from tlmpack.errors import ModelLoadError
+    from tlmpack.frontend import load_model
+
+    model = onnx_cases.external_data_mlp(tmp_path / "ext.onnx")
+    weights = tmp_path / "ext.weights"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ModelLoadError, match="could not read its external data.*initializer 'b1'.*ends at byte"):
+        load_model(str(model))
+
+
+def test_external_constant_node_and_float16_initializer_match_onnxruntime(tmp_path):
+    """Tensors that are not float32 initializers: a Constant node's value saved as external data
+    (onnx loads it into the protobuf) and a float16 weight (read straight into TVM)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array((rng.standard_normal((16, 8)) / 4).astype(np.float16), "w")
+    c = numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "c_value")
+    nodes = [helper.make_node("Constant", [], ["c"], value=c), helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Cast", ["h"], ["h32"], to=TensorProto.FLOAT), helper.make_node("Add", ["h32", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "ext16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], initializer=[w])
+    path = tmp_path / "ext16.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path),
+                    save_as_external_data=True, location="ext16.weights", size_threshold=0, convert_attribute=True)
+    assert (tmp_path / "ext16.weights").stat().st_size == 16 * 8 * 2 + 4 * 8 * 4
+    _build(path, tmp_path / "ext16.tar")
+    assert max(compare(tmp_path / "ext16.tar", path)) < 1e-3
 
 
 def test_external_data_outside_the_model_folder_is_refused(tmp_path):

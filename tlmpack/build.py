@@ -7,6 +7,7 @@ records; no stage calls back up.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import shutil
 import tempfile
 import time
@@ -234,6 +235,11 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
         graph = graph or x86_source
     say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
         f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
+    # The graphs' weight blobs hold the constants now; the Relax module's copy goes (the lowering
+    # fallbacks above retried from it, nothing after needs it; a 2 GiB model was held twice to the end).
+    imported.mod = None
+    gc.collect()  # TVMScript's parser keeps the stack's frames in cycles (inspect.stack()): they hold graphs
+    memory = graph.memory_json()
 
     with tempfile.TemporaryDirectory(prefix="tlmpack-build-") as tmp:
         stage = Path(tmp) / "artifact"
@@ -272,6 +278,9 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
             if scheduled.splits:
                 say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
                 x86_graph = pack_graph(x86_source, scheduled.splits, Packer().pack)
+                if cuda is None:  # the plain constants were the packing's input only: let them go
+                    graph = x86_source = dataclasses.replace(x86_source, weights=b"")
+                    gc.collect()
             plan = render_plan(x86_graph, imported.inputs, imported.outputs, imported.source.name, __version__,
                                target.features)
             link_model_library(stage, plan, kernels_object)
@@ -299,7 +308,7 @@ def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], No
             "inputs": [s.to_json() for s in imported.inputs],
             "outputs": [s.to_json() for s in imported.outputs],
             "targets": [target_entries[t] for t in order],
-            "memory": graph.memory_json(),
+            "memory": memory,
             "plan": {"kernel_calls": len(graph.calls), "tensors": len(graph.tensors),
                      "padded_matmuls": {"graph": graph.padded_matmuls} | (
                          {"x86": x86_source.padded_matmuls} if x86_source is not None and x86_source is not graph else {})},

@@ -75,7 +75,7 @@ class Graph:
     tasks: list[Task]
     inputs: list[int]
     outputs: list[int]
-    weights: bytes = b""
+    weights: bytes | memoryview = b""  # partition's: a memoryview of weights_buffer (aligned, not copied)
     arena_bytes: int = 0
     task_funcs: dict[str, Any] = field(default_factory=dict, repr=False)  # task id → tvm PrimFunc
     padded_matmuls: int = 0  # matmuls computed over padded extents (relax_rewrites.py); last: callers pass the rest by position
@@ -88,6 +88,22 @@ class Graph:
 
 def _aligned(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def weights_buffer(size: int) -> memoryview:
+    """``size`` zeroed, writable bytes starting on an ALIGNMENT boundary: a weights blob that TVM
+    reads and writes in place (lower/prepack.py), so a model's weights are never copied to pass them."""
+    raw = bytearray(size + ALIGNMENT)
+    start = -np.frombuffer(raw, np.uint8).ctypes.data % ALIGNMENT
+    return memoryview(raw)[start:start + size]
+
+
+def host_array(tensor) -> np.ndarray:
+    """A tvm runtime tensor's data as numpy, without copying it where DLPack allows."""
+    try:
+        return np.from_dlpack(tensor)
+    except (BufferError, RuntimeError, TypeError):
+        return tensor.numpy()
 
 
 def has_conv2d(mod) -> bool:
@@ -176,7 +192,7 @@ class _Builder:
         for known, tid in self.constant_ids.items():
             if known.same_as(const):
                 return tid
-        array = const.value.numpy()
+        array = host_array(const.value)  # a view: the module holds the data until the blob has it
         offset = _aligned(self.weights_size)
         self.weight_chunks.append((offset, np.ascontiguousarray(array)))
         self.weights_size = offset + array.nbytes
@@ -320,14 +336,15 @@ def partition(mod, task_prefix: str = "k") -> Graph:
         if b.tensors[tid].storage != "arena":
             raise LoweringError(f"output {b.tensors[tid].name} is a constant of the model; tlmpack needs outputs computed from inputs")
 
-    weights = bytearray(b.weights_size)
+    weights = weights_buffer(b.weights_size)
+    blob = np.frombuffer(weights, np.uint8)
     for offset, array in b.weight_chunks:
-        weights[offset:offset + array.nbytes] = array.tobytes()
+        blob[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
     counts: dict[str, int] = {}
     for c in b.calls:
         counts[c.task] = counts.get(c.task, 0) + 1
     tasks = [Task(t.id, t.name, t.structural_hash, counts.get(t.id, 0)) for t in b.tasks.values()]
-    graph = Graph(b.tensors, b.calls, tasks, inputs, outputs, bytes(weights), task_funcs=b.task_funcs)
+    graph = Graph(b.tensors, b.calls, tasks, inputs, outputs, weights, task_funcs=b.task_funcs)
     plan_memory(graph)
     return graph
 

@@ -11,13 +11,22 @@ FORMAT = "tlmpack"
 FORMAT_VERSION = 2  # 2: SHA256SUMS lists manifest.json too
 
 
+def _sha256(path: Path) -> str:
+    """In chunks: weights.bin may be gigabytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file under ``folder`` but the two files that describe the others."""
     hashes = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
         if path.is_file() and rel not in ("manifest.json", "SHA256SUMS"):
-            hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            hashes[rel] = _sha256(path)
     return hashes
 
 

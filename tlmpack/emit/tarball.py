@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 from pathlib import Path
@@ -27,9 +26,9 @@ def write_reproducible_tar(folder: Path, out: Path, mtime: int | None = None) ->
                 info.type = tarfile.DIRTYPE
                 info.mode = 0o755
                 tar.addfile(info)
-            else:
-                data = path.read_bytes()
-                info.size = len(data)
+            else:  # streamed: weights.bin may be gigabytes
+                info.size = path.stat().st_size
                 info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-                tar.addfile(info, io.BytesIO(data))
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
     tmp.replace(out)

@@ -12,20 +12,22 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..graph import ALIGNMENT, Graph, KernelCall, Tensor
+from ..graph import ALIGNMENT, Graph, KernelCall, Tensor, weights_buffer
 
 
 def _aligned(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def pack_graph(graph: Graph, splits: dict, pack: Callable[[object, np.ndarray], np.ndarray]) -> Graph:
+def pack_graph(graph: Graph, splits: dict, pack: Callable[..., np.ndarray]) -> Graph:
     """A copy of ``graph`` whose packed tasks read packed constants. ``splits``: task id →
-    lower.prepack.SplitKernel; ``pack(split, weight)`` runs the split's prepack function."""
+    lower.prepack.SplitKernel; ``pack(split, weight, out)`` runs the split's prepack function on
+    ``weight`` (a view of ``graph.weights``) into ``out`` (a view of the new blob): nothing but the
+    two blobs is held, whatever the weights' size."""
     if not splits:
         return graph
     tensors = list(graph.tensors)
-    packed_data: dict[int, np.ndarray] = {}
+    packed_from: dict[int, tuple[object, Tensor]] = {}  # packed tensor id → (split, the constant it packs)
     packed_of: dict[tuple[int, str], int] = {}
     calls = []
     for call in graph.calls:
@@ -37,21 +39,26 @@ def pack_graph(graph: Graph, splits: dict, pack: Callable[[object, np.ndarray], 
         source = tensors[args[split.param]]
         key = (source.id, call.task)
         if key not in packed_of:
-            count = int(np.prod(source.shape, dtype=np.int64))
-            weight = np.frombuffer(graph.weights, dtype=source.dtype, count=count,
-                                   offset=source.offset).reshape(source.shape)
-            packed = pack(split, weight)
             tid = len(tensors)
-            tensors.append(Tensor(tid, f"{source.name}.packed", source.dtype, tuple(packed.shape), "weights", tid))
-            packed_data[tid] = np.ascontiguousarray(packed)
+            tensors.append(Tensor(tid, f"{source.name}.packed", source.dtype, tuple(split.packed_shape), "weights", tid))
+            packed_from[tid] = (split, source)
             packed_of[key] = tid
         args[split.param] = packed_of[key]
         calls.append(KernelCall(call.task, tuple(args), call.num_outputs))
-    return _compact(graph, tensors, calls, packed_data)
+
+    def fill(tid: int, out: np.ndarray) -> None:
+        split, source = packed_from[tid]
+        weight = np.frombuffer(graph.weights, dtype=source.dtype, count=int(np.prod(source.shape, dtype=np.int64)),
+                               offset=source.offset).reshape(source.shape)
+        pack(split, weight, out)
+
+    return _compact(graph, tensors, calls, set(packed_from), fill)
 
 
-def _compact(graph: Graph, tensors: list[Tensor], calls: list[KernelCall], packed_data: dict[int, np.ndarray]) -> Graph:
-    """Drops the constants no call reads any more, renumbers tensors, lays out the new blob."""
+def _compact(graph: Graph, tensors: list[Tensor], calls: list[KernelCall], packed: set[int],
+             fill: Callable[[int, np.ndarray], None]) -> Graph:
+    """Drops the constants no call reads any more, renumbers tensors, lays out the new blob:
+    the kept constants copied from the old one, the ``packed`` ones written in place by ``fill``."""
     used = {t for c in calls for t in c.args} | set(graph.inputs) | set(graph.outputs)
     used |= {tensors[t].base for t in used}
     keep = [t for t in tensors if t.storage == "arena" or t.id in used]
@@ -62,12 +69,16 @@ def _compact(graph: Graph, tensors: list[Tensor], calls: list[KernelCall], packe
         if t.storage == "weights" and t.base == t.id:
             offsets[t.id] = _aligned(size)
             size = offsets[t.id] + t.nbytes
-    blob = bytearray(size)
+    blob = weights_buffer(size)
+    old = memoryview(graph.weights)
     for t in keep:
-        if t.id in offsets:
-            data = packed_data[t.id].tobytes() if t.id in packed_data else \
-                graph.weights[t.offset:t.offset + t.nbytes]
-            blob[offsets[t.id]:offsets[t.id] + t.nbytes] = data
+        if t.id not in offsets:
+            continue
+        if t.id in packed:
+            fill(t.id, np.frombuffer(blob, dtype=t.dtype, count=int(np.prod(t.shape, dtype=np.int64)),
+                                     offset=offsets[t.id]).reshape(t.shape))
+        else:
+            blob[offsets[t.id]:offsets[t.id] + t.nbytes] = old[t.offset:t.offset + t.nbytes]
     renumbered = [
         dataclasses.replace(t, id=new_id[t.id], base=new_id[t.base],
                             offset=offsets[t.base] if t.storage == "weights" else t.offset)
@@ -77,4 +88,4 @@ def _compact(graph: Graph, tensors: list[Tensor], calls: list[KernelCall], packe
         graph, tensors=renumbered,
         calls=[KernelCall(c.task, tuple(new_id[a] for a in c.args), c.num_outputs) for c in calls],
         inputs=[new_id[t] for t in graph.inputs], outputs=[new_id[t] for t in graph.outputs],
-        weights=bytes(blob))
+        weights=blob)

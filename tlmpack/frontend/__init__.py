@@ -14,7 +14,7 @@ from ..specs import SourceInfo, TensorSpec
 class ImportedModel:
     """A model in Relax with its public signature. Holds TVM objects: only compiling rooms use it."""
 
-    mod: Any  # tvm.IRModule whose "main" takes the inputs in order
+    mod: Any  # tvm.IRModule whose "main" takes the inputs in order; build.py sets None once lowered
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     source: SourceInfo

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..errors import InputShapeError, ModelLoadError, UnsupportedOperatorError, one_line
 from ..specs import SourceInfo, TensorSpec
 from . import ImportedModel, file_sha256
+from .onnx_external import import_onnx, load_attribute_data
 from .onnx_fold import fold_shape_computations
 from .onnx_ops import check_operators, check_static_shapes, conversion_failure, model_opset, newer_opset_for
 from .onnx_rewrites import (
@@ -73,14 +74,15 @@ def _inline_local_functions(model):
 
 def _from_onnx(model, inputs: list[TensorSpec], path: str):
     """TVM's importer with its failure as a typed error: the operator whose converter failed when
-    TVM says which (it prints "Error converting operator X, with inputs: <Relax>"), else the model."""
-    from tvm.relax.frontend.onnx import from_onnx
-
+    TVM says which (it prints "Error converting operator X, with inputs: <Relax>"), else the model.
+    External initializers are read from their files as TVM converts them (onnx_external.py)."""
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            return from_onnx(model, shape_dict={s.name: list(s.shape) for s in inputs},
-                             dtype_dict={s.name: s.dtype for s in inputs}, keep_params_in_input=False)
+            return import_onnx(model, {s.name: list(s.shape) for s in inputs}, {s.name: s.dtype for s in inputs},
+                               Path(path).resolve().parent)
+    except ModelLoadError as e:  # an external initializer's file (onnx_external.read_external)
+        raise ModelLoadError(f"{path}: could not read its external data ({e})") from None
     except Exception as e:
         failed = re.search(r"Error converting operator (\S+), with inputs", printed.getvalue())
         if failed:
@@ -136,15 +138,6 @@ def _external_files(model, path: str) -> list[Path]:
     return sorted(files)
 
 
-def _load_external_data(model, path: str) -> None:
-    from onnx.external_data_helper import load_external_data_for_model
-
-    try:
-        load_external_data_for_model(model, str(Path(path).resolve().parent))
-    except Exception as e:
-        raise ModelLoadError(f"{path}: could not read its external data ({one_line(e)})") from None
-
-
 def _model_sha256(path: str, external: list[Path]) -> str:
     """The model's hash: the .onnx file alone, or with its external-data files (name and bytes)."""
     if not external:
@@ -162,7 +155,7 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
 
     if not Path(path).is_file():
         raise ModelLoadError(f"{path}: no such file")
-    try:  # the graph only: external weights are read once, just before TVM imports them
+    try:  # the graph only: external weights are read once, as TVM imports them
         model = onnx.load(path, load_external_data=False)
     except Exception as e:  # onnx raises DecodeError, ValueError, ... for malformed files
         raise ModelLoadError(f"{path}: not a valid ONNX file ({one_line(e)})") from None
@@ -181,8 +174,11 @@ def load_onnx(path: str, input_shapes: dict[str, tuple[int, ...]]) -> ImportedMo
 
     from tvm import relax
 
-    if external:
-        _load_external_data(model, path)
+    if external:  # initializers are read as TVM converts them (_from_onnx); other tensors now
+        try:
+            load_attribute_data(model, Path(path).resolve().parent)
+        except Exception as e:
+            raise ModelLoadError(f"{path}: could not read its external data ({one_line(e)})") from None
     mod, notes = _import_upgrading_opset(model, inputs, path)
     mod = relax.transform.DecomposeOpsForInference()(mod)
     names = [o.name for o in model.graph.output]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LoweringError
-from ..graph import Graph
+from ..graph import Graph, host_array
 
 PREPROC_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 
@@ -97,14 +97,32 @@ class Packer:
         self._target = tvm.target.Target({"kind": "llvm"})
         self._cache: dict[int, Any] = {}
 
-    def pack(self, split: SplitKernel, weight: np.ndarray) -> np.ndarray:
+    def pack(self, split: SplitKernel, weight: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``weight`` packed into ``out`` (a new array if None), which is returned. TVM reads and
+        writes both in place when they are 64-byte aligned (graph.weights_buffer's are)."""
         import tvm
 
         key = id(split.prepack)
         if key not in self._cache:
             self._cache[key] = tvm.compile(tvm.IRModule({"main": split.prepack.with_attr("global_symbol", "main")}),
                                            target=self._target)
-        out = tvm.runtime.tensor(np.empty(split.packed_shape, dtype=weight.dtype))
-        self._cache[key]["main"](tvm.runtime.tensor(np.ascontiguousarray(weight)), out)
-        return out.numpy()
+        if out is None:
+            out = np.empty(split.packed_shape, dtype=weight.dtype)
+        source, target = _in_place(weight), _in_place(out)
+        if source is None:
+            source = tvm.runtime.tensor(np.ascontiguousarray(weight))
+        packed = target if target is not None else tvm.runtime.empty(out.shape, str(out.dtype))
+        self._cache[key]["main"](source, packed)
+        if target is None:
+            out[...] = host_array(packed)
+        return out
 
+
+def _in_place(array: np.ndarray):
+    """``array`` as a tvm tensor over the same memory, or None where TVM cannot take it (unaligned,
+    read-only, empty)."""
+    import tvm
+
+    if array.size and array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % 64 == 0:
+        return tvm.runtime.from_dlpack(array)
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 
@@ -66,11 +68,48 @@ def external_data_mlp(path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
                               initializer=[w1, w2, b1])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    from pathlib import Path
-
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=f"{Path(path).stem}.weights", size_threshold=0)
     return path
+
+
+def _external(name: str, shape: tuple[int, ...], location: str, offset: int, nbytes: int):
+    """A float TensorProto that points at ``nbytes`` at ``offset`` of ``location``."""
+    from onnx import TensorProto
+
+    tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(shape))
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(nbytes))):
+        tensor.external_data.add(key=key, value=value)
+    tensor.data_location = TensorProto.EXTERNAL
+    return tensor
+
+
+def external_data_relu_mlp(path, rows: int, columns: int) -> int:
+    """y = relu(x @ W1) @ W2, x [1, rows], W1 [rows, columns], W2 [columns, 8] (seeded normal / sqrt
+    fan-in), the weights in one external file next to the model (``path``'s stem + ``.weights``),
+    written chunk by chunk, never through one protobuf message (which cannot hold 2 GiB): a large
+    model's shape, as cheap to write as its bytes. Returns the weights' size in bytes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    path = Path(path)
+    rng = np.random.default_rng(0)
+    location = f"{path.stem}.weights"
+    initializers, offset = [], 0
+    with open(path.parent / location, "wb") as f:
+        for name, shape, scale in (("w1", (rows, columns), rows), ("w2", (columns, 8), columns)):
+            for start in range(0, shape[0], 1024):  # never a whole weight in memory
+                chunk = rng.standard_normal((min(1024, shape[0] - start), shape[1]), dtype=np.float32)
+                f.write((chunk / np.float32(np.sqrt(scale))).tobytes())
+            nbytes = shape[0] * shape[1] * 4
+            initializers.append(_external(name, shape, location, offset, nbytes))
+            offset += nbytes
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=initializers)
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return offset
 
 
 def bool_and_float16_inputs(path):
