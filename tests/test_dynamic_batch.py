@@ -240,6 +240,25 @@ def test_c_driver_runs_every_batch_and_concurrent_batches(dynamic, tmp_path):
     proc = subprocess.run([str(exe), str(dynamic[2])], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ALL_OK"), proc.stdout + proc.stderr
     assert "REFUSED: input 0 (x): expected shape (batch, 3, 8, 8) with batch in 1..16, found (17, 3, 8, 8)" in proc.stdout
+    plans = json.loads((dynamic[2] / "manifest.json").read_text())["batch_plans"]
+    assert f"ARENA {max(p['x86']['arena_bytes'] for p in plans)}\n" in proc.stdout
+
+
+def test_plans_share_one_arena_the_size_of_the_largest(dynamic):
+    """Plans run one after another within a run, so a CPU model has one arena of the largest plan's size
+    (not the sum over plans), whatever batches run one after another."""
+    import tlmpack.runtime as rt
+
+    _, tar, folder = dynamic
+    arenas = [p["x86"]["arena_bytes"] for p in json.loads((folder / "manifest.json").read_text())["batch_plans"]]
+    assert sum(arenas) > max(arenas)
+    with rt.load(tar, device="cpu") as m:
+        assert m.arena_bytes == max(arenas)
+        x = np.random.default_rng(3).standard_normal((16, 3, 8, 8)).astype(np.float32)
+        full = m.run(None, {"x": x})[0]
+        for b in (1, 3, 7, 16):
+            np.testing.assert_allclose(m.run(None, {"x": x[:b]})[0], full[:b], rtol=1e-5, atol=1e-6)
+        assert m.arena_bytes == max(arenas)
 
 
 def test_a_fixed_shape_build_stays_format_version_2_without_batch_plans(tmp_path):
@@ -254,6 +273,7 @@ def test_a_fixed_shape_build_stays_format_version_2_without_batch_plans(tmp_path
     assert "batches" not in manifest["build_options"]
     with rt.load(tmp_path / "fixed.tar", device="cpu") as m:
         assert m.batch_plans == [] and m.inputs[0].shape == (2, 3, 8, 8)
+        assert m.arena_bytes == manifest["targets"][0]["arena_bytes"] > 0  # its one arena
         x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
         ref = _reference(onnx_path, x)
         assert np.linalg.norm(m.run(None, {"x": x})[0] - ref) / np.linalg.norm(ref) < 1e-4
