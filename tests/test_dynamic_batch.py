@@ -124,6 +124,13 @@ def test_manifest_lists_batch_plans_and_shares_one_weights_file(dynamic):
     assert (folder / "batch_plans").read_text().splitlines()[0] == "tlmpack batch plans 1"
 
 
+def test_manifest_records_layout_ops_per_plan_as_a_fixed_build_does(dynamic):
+    manifest = json.loads((dynamic[2] / "manifest.json").read_text())
+    x86 = next(t for t in manifest["targets"] if t["kind"] == "x86")
+    assert x86["conv_layout"] == "NHWC" and x86["layout_ops"] is True  # a conv model, channels-last on x86
+    assert [p["x86"]["layout_ops"] for p in manifest["batch_plans"]] == [True] * len(BATCHES)
+
+
 def test_inspect_lists_the_batch_plans_and_how_other_batches_run(dynamic):
     from click.testing import CliRunner
 

@@ -85,6 +85,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     fallbacks: list = [Fallback("opset-upgrade", "graph", note) for note in first.notes]
     graphs: dict[int, object] = {}
     x86_graphs: dict[int, object] = {}
+    layout_ops: dict[int, bool] = dict.fromkeys(batches, False)  # layout_ops.py's rewrites, channels-last only
     for b in batches:
         say(f"lowering the batch-{b} plan to fused TIR")
         if cuda is not None or x86_layout is None:
@@ -98,6 +99,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
                                                      task_prefix=f"b{b}x", say=say)
             fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
             x86_layout = used.conv_layout
+            layout_ops[b] = bool(used.layout_ops and used.conv_layout is not None)
     union, graphs = merge_tasks(graphs) if graphs else (None, {})
     x86_union = None
     if x86_graphs:
@@ -164,11 +166,13 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
                 files.append("x86/weights.bin")
             target_entries["x86"] = target.to_json() | {
                 "hardware": hardware.to_json(), "files": files, "weights_bytes": len(x86_weights),
-                "arena_bytes": max(g.arena_bytes for g in packed.values()), "conv_layout": x86_layout or "model"}
+                "arena_bytes": max(g.arena_bytes for g in packed.values()), "conv_layout": x86_layout or "model",
+                "layout_ops": all(layout_ops.values())}
             records_by_target["x86"] = {r.task: r for r in scheduled.records}
             costs["x86"] = plan_costs(batches, "x86")
             for b, g in packed.items():
-                plan_entries[b]["x86"] = {"arena_bytes": g.arena_bytes, "kernel_calls": len(g.calls)}
+                plan_entries[b]["x86"] = {"arena_bytes": g.arena_bytes, "kernel_calls": len(g.calls),
+                                          "layout_ops": layout_ops[b]}
             say(choose_summary(scheduled))
         (stage / "weights.bin").write_bytes(weights if cuda is not None else x86_weights)
         (stage / BATCH_PLANS_FILE).write_text(render_batch_plans(costs))
