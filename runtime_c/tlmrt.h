@@ -185,7 +185,7 @@ uint64_t tlmrt_model_arena_bytes(const tlmrt_model* m);
 
 /* Replaces the cost of one run of each plan (num_plans of them, in plan order; any positive unit, e.g.
  * measured nanoseconds) that decides how other batches are covered; the artifact's batch_plans file has
- * estimates from the plan sizes. Not while runs are in flight on the model. */
+ * estimates from each plan's counted work. Not while runs are in flight on the model. */
 tlmrt_status tlmrt_model_set_batch_costs(tlmrt_model* m, int32_t num_plans, const int64_t* costs);
 
 /* Runs once like tlmrt_model_run_io, with input i's shape given in input_shapes[i] (input_info(i).ndim

@@ -51,7 +51,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     """build() for options.batches (build.py has checked and resolved the options)."""
     import tvm
 
-    from .batch_graph import merge_tasks, share_weights
+    from .batch_graph import merge_tasks, plan_work, share_weights
     from .build import TARGET_ORDER, _tlm_weights, _unseen_by_tlm, pad_policy
     from .emit.manifest import write_manifest
     from .emit.package import add_runtime, choose_summary, link_model_library, subgraphs
@@ -66,6 +66,7 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
     from .lower.prepack import Packer
     from .lower.x86 import x86_target
     from .runtime.batching import BATCH_PLANS_FILE, plan_costs, render_batch_plans
+    from .schedule.estimate import lane_factor, task_flops
     from .schedule.hardware import detect_x86
     from .schedule.select import SelectOptions, schedule_tasks, scheduler_for
 
@@ -133,9 +134,11 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
             entry["files"] = [*entry["files"], BATCH_PLANS_FILE]
             target_entries["cuda"] = entry
             records_by_target["cuda"] = {r.task: r for r in records}
-            costs["cuda"] = plan_costs(batches, "cuda")
+            flops = task_flops(union.task_funcs)
+            work = {b: plan_work(cuda_graphs[b], flops, calls=per_plan[b]["launches"]) for b in batches}
+            costs["cuda"] = plan_costs(work, "cuda")
             for b, numbers in per_plan.items():
-                plan_entries[b]["cuda"] = numbers
+                plan_entries[b]["cuda"] = numbers | {"work": work[b].to_json()}
         x86_weights = weights
         if "x86" in options.targets:
             target = x86_target(options.cpu, options.cores)
@@ -169,10 +172,13 @@ def build_batched(model: str, out: Path, options, say: Callable[[str], None], st
                 "arena_bytes": max(g.arena_bytes for g in packed.values()), "conv_layout": x86_layout or "model",
                 "layout_ops": all(layout_ops.values())}
             records_by_target["x86"] = {r.task: r for r in scheduled.records}
-            costs["x86"] = plan_costs(batches, "x86")
+            flops = task_flops(x86_union.task_funcs)
+            lanes = {t: lane_factor(f, hardware.lanes(32)) for t, f in scheduled.funcs.items()}
+            work = {b: plan_work(g, flops, lanes) for b, g in packed.items()}
+            costs["x86"] = plan_costs(work, "x86")
             for b, g in packed.items():
                 plan_entries[b]["x86"] = {"arena_bytes": g.arena_bytes, "kernel_calls": len(g.calls),
-                                          "layout_ops": layout_ops[b]}
+                                          "layout_ops": layout_ops[b], "work": work[b].to_json()}
             say(choose_summary(scheduled))
         (stage / "weights.bin").write_bytes(weights if cuda is not None else x86_weights)
         (stage / BATCH_PLANS_FILE).write_text(render_batch_plans(costs))

@@ -281,7 +281,7 @@ class Model:
 
     def calibrate_batch_plans(self, runs: int = 5) -> dict[int, int]:
         """Measures each batch plan and has the C runtime cover other batches by those times instead of
-        the build's estimates from the plan sizes. Plans run on zeros, one run of each in turn (after a
+        the build's estimates from the plans' counted work. Plans run on zeros, one run of each in turn (after a
         warm-up), ``runs`` times; a plan's cost is its fastest run, since a busy machine only adds time.
         Returns the costs (nanoseconds per run of each plan). Where a small plan is no cheaper than a
         large one (a launch-bound model, a poorly scheduled size), this turns splits into padding."""
