@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 5
+#define TLMRT_API_VERSION 6
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -168,17 +168,24 @@ const char* tlmrt_model_last_error(const tlmrt_model* m);
  * tlmrt_model_run_shaped takes it from the caller's shapes. A padded run takes host buffers only,
  * and padded runs of one model run one at a time; output_buffer is refused (outputs never stay in an
  * arena). Profiling sums the plans' runs; its steps are not listed (num_steps 0). Each plan is a
- * model of its own inside (an arena, a thread pool, and on CUDA a device copy of the weights and a
- * CUDA graph each); the files on disk are shared. */
+ * model of its own inside (a thread pool, and on CUDA a device arena, a device copy of the weights
+ * and a CUDA graph each); the files on disk are shared. On the CPU the plans share their arenas: one
+ * arena of the largest plan's size per run in flight (since API version 6). */
 
 /* The number of batch plans (0 for a model of fixed shapes), and the batch of plan index (ascending;
  * 0 for an index out of range). */
 int32_t tlmrt_model_num_batch_plans(const tlmrt_model* m);
 int64_t tlmrt_model_batch_plan(const tlmrt_model* m, int32_t index);
 
+/* The bytes of activation arena the model has allocated (since API version 6): host memory on the
+ * CPU, one arena per run that has been in flight at once (one after open); the device arena on CUDA.
+ * A dynamic-batch model on the CPU has one arena of its largest plan's size per run in flight, shared
+ * by its plans (they run one after another within a run); on CUDA, each plan's own, summed. */
+uint64_t tlmrt_model_arena_bytes(const tlmrt_model* m);
+
 /* Replaces the cost of one run of each plan (num_plans of them, in plan order; any positive unit, e.g.
  * measured nanoseconds) that decides how other batches are covered; the artifact's batch_plans file has
- * estimates from the plan sizes. Not while runs are in flight on the model. */
+ * estimates from each plan's counted work. Not while runs are in flight on the model. */
 tlmrt_status tlmrt_model_set_batch_costs(tlmrt_model* m, int32_t num_plans, const int64_t* costs);
 
 /* Runs once like tlmrt_model_run_io, with input i's shape given in input_shapes[i] (input_info(i).ndim

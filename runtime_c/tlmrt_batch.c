@@ -13,6 +13,12 @@
  * several runs of smaller plans over consecutive slices of the caller's buffers, the last of which may
  * be padded. A padded run goes through staging buffers made at open (zero-filled past the caller's
  * samples), one padded run at a time (a mutex); device buffers cannot be padded.
+ *
+ * Arenas (CPU): the plans of one run execute one after another, so they share one arena of the
+ * largest plan's size. Each run in flight holds a slot: an arena and every plan's context in it
+ * (slot 0 made at open, another one when runs overlap, kept until close). So the arena memory is
+ * the largest plan's per run in flight, not the sum over the plans. CUDA plans keep their own device
+ * arenas (each its own stream and CUDA graph, and a CUDA model takes one run at a time).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -26,6 +32,7 @@
 #include "tlmrt_internal.h"
 
 #define MAX_PLANS 64
+#define MAX_SLOTS 64 /* runs in flight at once, as the CPU backend's contexts */
 #define MAX_BATCH 65536
 #define MAX_FILE_BYTES 65536
 #define HEADER "tlmpack batch plans 1"
@@ -40,8 +47,76 @@ struct tlmrt_batch {
   uint64_t* sample_nbytes;   /* inputs, then outputs */
   uint8_t** staging;         /* one buffer per input and output, max batch samples each */
   pthread_mutex_t staging_lock;
+  int shared;                         /* the plans run in the slots' arenas (the backend takes_arena) */
+  uint64_t arena_bytes;               /* the largest plan's arena: each slot's */
+  _Atomic int32_t num_slots;
+  _Atomic uint32_t slot_busy[MAX_SLOTS];  /* 0, or the fork count + 1 of the thread running in it */
+  uint8_t* slot_arena[MAX_SLOTS];
+  pthread_mutex_t slot_lock;          /* making a slot */
   char description[512];
 };
+
+/* Slot n (n = num_slots, under slot_lock): the arena and every plan's context in it, held by the
+ * caller. */
+static tlmrt_status make_slot(tlmrt_batch* b, int32_t n, char* err, size_t cap) {
+  uint64_t size = b->arena_bytes == 0 ? TLMRT_ALIGNMENT : (b->arena_bytes + TLMRT_ALIGNMENT - 1u) & ~(uint64_t)(TLMRT_ALIGNMENT - 1u);
+  uint8_t* arena = b->slot_arena[n];  /* left by an earlier attempt that failed after it, with some contexts in it */
+  if (arena == NULL) {
+    arena = (uint8_t*)tlmrt_alloc_aligned(size);
+    if (arena == NULL) {
+      return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot allocate the arena (%" PRIu64 " bytes)", size);
+    }
+    memset(arena, 0, (size_t)size);
+    b->slot_arena[n] = arena;
+  }
+  for (int32_t p = 0; p < b->count; ++p) {
+    tlmrt_status s = tlmrt_plan_prepare_slot(b->models[p], n, arena, err, cap);
+    if (s != TLMRT_OK) return s;  /* the arena and the contexts made stay for close; the slot is not published */
+  }
+  atomic_store_explicit(&b->slot_busy[n], tlmrt_fork_count() + 1u, memory_order_relaxed);
+  atomic_store_explicit(&b->num_slots, n + 1, memory_order_release);
+  return TLMRT_OK;
+}
+
+/* A free slot for one run (busy until slot_release), made when every one is busy. A slot marked with
+ * an older fork count was held by a thread of a parent process, which does not exist here: it is free. */
+static tlmrt_status slot_acquire(tlmrt_batch* b, int32_t* out, char* err, size_t cap) {
+  uint32_t mine = tlmrt_fork_count() + 1u;
+  int32_t n = atomic_load_explicit(&b->num_slots, memory_order_acquire);
+  for (int32_t i = 0; i < n; ++i) {
+    uint32_t held = 0;
+    int got = atomic_compare_exchange_strong_explicit(&b->slot_busy[i], &held, mine, memory_order_acquire,
+                                                      memory_order_relaxed);
+    if (!got && held != mine) {
+      got = atomic_compare_exchange_strong_explicit(&b->slot_busy[i], &held, mine, memory_order_acquire,
+                                                    memory_order_relaxed);
+    }
+    if (got) {
+      *out = i;
+      return TLMRT_OK;
+    }
+  }
+  pthread_mutex_lock(&b->slot_lock);
+  n = atomic_load_explicit(&b->num_slots, memory_order_acquire);
+  tlmrt_status s = n < MAX_SLOTS ? make_slot(b, n, err, cap)
+                                 : tlmrt_errorf(err, cap, TLMRT_ERR_BUSY,
+                                                "%d runs of this model are in flight already, the most it takes at "
+                                                "once; open another model or wait for one of them", MAX_SLOTS);
+  pthread_mutex_unlock(&b->slot_lock);
+  if (s == TLMRT_OK) *out = n;
+  return s;
+}
+
+static void slot_release(tlmrt_batch* b, int32_t i) {
+  atomic_store_explicit(&b->slot_busy[i], 0u, memory_order_release);
+}
+
+uint64_t tlmrt_batch_arena_bytes(const tlmrt_batch* b) {
+  if (b->shared) return b->arena_bytes * (uint64_t)atomic_load_explicit(&b->num_slots, memory_order_acquire);
+  uint64_t total = 0;
+  for (int32_t p = 0; p < b->count; ++p) total += tlmrt_model_arena_bytes(b->models[p]);
+  return total;
+}
 
 static tlmrt_status read_plans(const char* dir, const tlmrt_options* opts, tlmrt_batch* b, char* err, size_t cap) {
   char* path = tlmrt_join_path(dir, TLMRT_BATCH_PLANS_FILE);
@@ -215,6 +290,10 @@ tlmrt_status tlmrt_batch_open(const char* dir, const tlmrt_options* opts, tlmrt_
   tlmrt_batch* b = (tlmrt_batch*)calloc(1, sizeof(tlmrt_batch));
   if (b == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   pthread_mutex_init(&b->staging_lock, NULL);
+  pthread_mutex_init(&b->slot_lock, NULL);
+  atomic_init(&b->num_slots, 0);
+  for (int32_t i = 0; i < MAX_SLOTS; ++i) atomic_init(&b->slot_busy[i], 0u);
+  b->shared = tlmrt_backend_takes_arena(opts->device_type);
   tlmrt_status s = read_plans(dir, opts, b, err, cap);
   if (s == TLMRT_OK) s = plan_cover(b, err, cap);
   /* The largest plan first, checking SHA256SUMS as asked; the others load the same verified files. */
@@ -227,10 +306,18 @@ tlmrt_status tlmrt_batch_open(const char* dir, const tlmrt_options* opts, tlmrt_
     } else {
       snprintf(symbol, sizeof(symbol), "%.*s_b%" PRId64 "_v1", (int)(strlen(plain) - 3), plain, b->sizes[i]);
     }
-    s = tlmrt_open_plan_model(dir, &sub, symbol, &b->models[i], err, cap);
+    s = tlmrt_open_plan_model(dir, &sub, symbol, !b->shared, &b->models[i], err, cap);
     sub.verify_files = 0;
   }
   if (s == TLMRT_OK) s = check_plans(b, err, cap);
+  if (s == TLMRT_OK && b->shared) {
+    for (int32_t i = 0; i < b->count; ++i) {
+      uint64_t bytes = tlmrt_plan_arena_bytes(b->models[i]);
+      if (bytes > b->arena_bytes) b->arena_bytes = bytes;
+    }
+    s = make_slot(b, 0, err, cap);  /* the first run's, so that warm runs allocate nothing */
+    if (s == TLMRT_OK) slot_release(b, 0);
+  }
   if (s != TLMRT_OK) {
     tlmrt_batch_close(b);
     return s;
@@ -247,7 +334,8 @@ tlmrt_status tlmrt_batch_open(const char* dir, const tlmrt_options* opts, tlmrt_
 
 void tlmrt_batch_close(tlmrt_batch* b) {
   if (b == NULL) return;
-  for (int32_t i = 0; i < MAX_PLANS; ++i) tlmrt_model_close(b->models[i]);
+  for (int32_t i = 0; i < MAX_PLANS; ++i) tlmrt_model_close(b->models[i]);  /* before the arenas they run in */
+  for (int32_t i = 0; i < MAX_SLOTS; ++i) free(b->slot_arena[i]);
   if (b->staging != NULL) {
     for (int32_t k = 0; k < b->num_inputs + b->num_outputs; ++k) free(b->staging[k]);
   }
@@ -255,6 +343,7 @@ void tlmrt_batch_close(tlmrt_batch* b) {
   free(b->sample_nbytes);
   free(b->first);
   pthread_mutex_destroy(&b->staging_lock);
+  pthread_mutex_destroy(&b->slot_lock);
   free(b);
 }
 
@@ -269,9 +358,9 @@ uint64_t tlmrt_batch_sample_nbytes(const tlmrt_batch* b, int output, int32_t ind
 }
 
 /* One run of plan p over samples [start, start + n) of the caller's buffers (n < the plan's batch:
- * padded through the staging buffers). */
-static tlmrt_status run_slice(tlmrt_batch* b, int32_t p, int64_t start, int64_t n, const tlmrt_io* inputs,
-                              const tlmrt_io* outputs, char* err, size_t cap) {
+ * padded through the staging buffers), in the arena of `slot` when the plans share arenas. */
+static tlmrt_status run_slice(tlmrt_batch* b, int32_t slot, int32_t p, int64_t start, int64_t n,
+                              const tlmrt_io* inputs, const tlmrt_io* outputs, char* err, size_t cap) {
   int64_t size = b->sizes[p];
   int padded = n < size;
   int32_t total = b->num_inputs + b->num_outputs;
@@ -301,10 +390,17 @@ static tlmrt_status run_slice(tlmrt_batch* b, int32_t p, int64_t start, int64_t 
     }
   }
   tlmrt_model* m = b->models[p];
-  tlmrt_status s = tlmrt_model_run_io(m, io, io + b->num_inputs);
-  if (s != TLMRT_OK) {
-    tlmrt_errorf(err, cap, s, "batch-%" PRId64 " plan: %s", size, tlmrt_model_last_error(m));
-  } else if (padded) {
+  tlmrt_status s;
+  if (b->shared) {
+    char why[TLMRT_ERROR_CAP];
+    why[0] = '\0';
+    s = tlmrt_plan_run_in(m, slot, io, io + b->num_inputs, why, sizeof(why));
+    if (s != TLMRT_OK) tlmrt_errorf(err, cap, s, "batch-%" PRId64 " plan: %s", size, why);
+  } else {
+    s = tlmrt_model_run_io(m, io, io + b->num_inputs);
+    if (s != TLMRT_OK) tlmrt_errorf(err, cap, s, "batch-%" PRId64 " plan: %s", size, tlmrt_model_last_error(m));
+  }
+  if (s == TLMRT_OK && padded) {
     for (int32_t k = b->num_inputs; k < total; ++k) {
       uint64_t sample = b->sample_nbytes[k];
       memcpy((uint8_t*)outputs[k - b->num_inputs].data + sample * (uint64_t)start, b->staging[k],
@@ -322,14 +418,16 @@ tlmrt_status tlmrt_batch_run(tlmrt_batch* b, int64_t batch, const tlmrt_io* inpu
     return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT,
                         "batch %" PRId64 " is outside the batch plans' range 1..%" PRId64, batch, max);
   }
+  int32_t slot = -1;
+  tlmrt_status s = b->shared ? slot_acquire(b, &slot, err, cap) : TLMRT_OK;
   int64_t start = 0;
-  for (int64_t left = batch; left > 0;) {
+  for (int64_t left = batch; s == TLMRT_OK && left > 0;) {
     int32_t p = b->first[left];
     int64_t n = left < b->sizes[p] ? left : b->sizes[p];
-    tlmrt_status s = run_slice(b, p, start, n, inputs, outputs, err, cap);
-    if (s != TLMRT_OK) return s;
+    s = run_slice(b, slot, p, start, n, inputs, outputs, err, cap);
     start += n;
     left -= n;
   }
-  return TLMRT_OK;
+  if (slot >= 0) slot_release(b, slot);
+  return s;
 }

@@ -36,6 +36,7 @@
  * overlap, then kept until close, so warm runs allocate nothing. */
 typedef struct {
   _Atomic uint32_t busy;  /* 0, or the fork count + 1 of the thread running in it */
+  int own_arena;          /* 0: it runs in a caller's arena (tlmrt_plan_prepare_slot) */
   void* backend_ctx;
   tlmrt_io* host_inputs;
   tlmrt_io* host_outputs;
@@ -411,11 +412,12 @@ static void ctx_destroy(tlmrt_model* m, exec_ctx* c) {
   free(c);
 }
 
-static tlmrt_status ctx_create(tlmrt_model* m, exec_ctx** out, char* err, size_t cap) {
+static tlmrt_status ctx_create(tlmrt_model* m, void* arena, exec_ctx** out, char* err, size_t cap) {
   *out = NULL;
   exec_ctx* c = (exec_ctx*)calloc(1, sizeof(exec_ctx));
   if (c == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   atomic_init(&c->busy, tlmrt_fork_count() + 1u);
+  c->own_arena = arena == NULL;
   size_t ni = m->tables.num_inputs > 0 ? (size_t)m->tables.num_inputs : 1u;
   size_t no = m->tables.num_outputs > 0 ? (size_t)m->tables.num_outputs : 1u;
   c->host_inputs = (tlmrt_io*)calloc(ni, sizeof(tlmrt_io));
@@ -424,7 +426,7 @@ static tlmrt_status ctx_create(tlmrt_model* m, exec_ctx** out, char* err, size_t
     ctx_destroy(m, c);
     return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  tlmrt_status s = m->backend->ctx_create(m->state, &c->backend_ctx, err, cap);
+  tlmrt_status s = m->backend->ctx_create(m->state, arena, &c->backend_ctx, err, cap);
   if (s != TLMRT_OK) {
     ctx_destroy(m, c);
     return s;
@@ -456,7 +458,7 @@ static tlmrt_status ctx_acquire(tlmrt_model* m, exec_ctx** out, int32_t* out_ind
   }
   if (atomic_load_explicit(&m->ctxs[m->max_contexts - 1], memory_order_acquire) == NULL) {
     exec_ctx* c = NULL;
-    tlmrt_status s = ctx_create(m, &c, err, cap);
+    tlmrt_status s = ctx_create(m, NULL, &c, err, cap);
     if (s != TLMRT_OK) return s;
     for (int32_t i = 0; i < m->max_contexts; ++i) {
       exec_ctx* expected = NULL;
@@ -555,7 +557,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
   if (s != TLMRT_OK) return s;
   tlmrt_batch* batch = NULL;
   s = tlmrt_batch_open(dir, &o, &batch, err, cap);
-  if (s != TLMRT_OK || batch == NULL) return s == TLMRT_OK ? tlmrt_open_plan_model(dir, &o, NULL, out, err, cap) : s;
+  if (s != TLMRT_OK || batch == NULL) return s == TLMRT_OK ? tlmrt_open_plan_model(dir, &o, NULL, 1, out, err, cap) : s;
   tlmrt_model* m = (tlmrt_model*)calloc(1, sizeof(tlmrt_model));
   if (m == NULL) {
     tlmrt_batch_close(batch);
@@ -574,7 +576,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options*
   return TLMRT_OK;
 }
 
-tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, const char* plan_symbol,
+tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, const char* plan_symbol, int own_arena,
                                    tlmrt_model** out, char* err, size_t cap) {
   const tlmrt_options o = *opts;
   tlmrt_status s = TLMRT_OK;
@@ -597,9 +599,12 @@ tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, c
     m->prof_steps = (tlmrt_step_counter*)calloc((size_t)m->num_steps + 2u, sizeof(tlmrt_step_counter));
     if (m->prof_steps == NULL) s = tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  if (s == TLMRT_OK) {
+  if (s == TLMRT_OK && !own_arena && !m->backend->takes_arena) {
+    s = tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT, "the %s backend runs in its own arena only", m->backend->name);
+  }
+  if (s == TLMRT_OK && own_arena) {
     exec_ctx* first = NULL;
-    s = ctx_create(m, &first, err, cap);
+    s = ctx_create(m, NULL, &first, err, cap);
     if (s == TLMRT_OK) {
       ctx_release(first);
       atomic_store(&m->ctxs[0], first);
@@ -611,6 +616,40 @@ tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, c
   }
   *out = m;
   return TLMRT_OK;
+}
+
+int tlmrt_backend_takes_arena(int32_t device_type) {
+  return (device_type == TLMRT_DEVICE_CUDA ? &tlmrt_backend_cuda : &tlmrt_backend_cpu)->takes_arena;
+}
+
+uint64_t tlmrt_plan_arena_bytes(const tlmrt_model* m) { return m->backend->arena_bytes(m->state); }
+
+tlmrt_status tlmrt_plan_prepare_slot(tlmrt_model* m, int32_t slot, void* arena, char* err, size_t cap) {
+  if (slot < 0 || slot >= m->max_contexts || !m->backend->takes_arena || arena == NULL) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT, "plan context %d: expected 0..%d and an arena", slot,
+                        m->max_contexts - 1);
+  }
+  if (atomic_load_explicit(&m->ctxs[slot], memory_order_acquire) != NULL) return TLMRT_OK;
+  exec_ctx* c = NULL;
+  tlmrt_status s = ctx_create(m, arena, &c, err, cap);
+  if (s != TLMRT_OK) return s;
+  ctx_release(c);  /* the caller holds the slot; busy stays for ctx_acquire, which these models never call */
+  atomic_store_explicit(&m->ctxs[slot], c, memory_order_release);
+  return TLMRT_OK;
+}
+
+tlmrt_status tlmrt_plan_run_in(tlmrt_model* m, int32_t slot, const tlmrt_io* inputs, const tlmrt_io* outputs,
+                               char* err, size_t cap) {
+  int prof = atomic_load_explicit(&m->profiling, memory_order_relaxed);
+  uint64_t t0 = prof ? tlmrt_now_ns() : 0;
+  exec_ctx* c = slot >= 0 && slot < m->max_contexts ? atomic_load_explicit(&m->ctxs[slot], memory_order_acquire) : NULL;
+  if (c == NULL) return tlmrt_errorf(err, cap, TLMRT_ERR_INVALID_ARGUMENT, "plan context %d: not prepared", slot);
+  tlmrt_status s = m->backend->run(m->state, c->backend_ctx, inputs, outputs, prof ? m->prof_steps : NULL, err, cap);
+  if (prof && s == TLMRT_OK) {
+    atomic_fetch_add_explicit(&m->prof_runs, 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->prof_run_ns, tlmrt_now_ns() - t0, memory_order_relaxed);
+  }
+  return s;
 }
 
 /* ---- queries ---------------------------------------------------------------------------------- */
@@ -630,6 +669,17 @@ TLMRT_EXPORT const char* tlmrt_model_device_name(const tlmrt_model* m) {
 TLMRT_EXPORT void* tlmrt_model_stream(const tlmrt_model* m) {
   if (m != NULL && m->batch != NULL) return tlmrt_model_stream(tlmrt_batch_largest(m->batch));
   return m ? m->backend->stream(m->state) : NULL;
+}
+
+TLMRT_EXPORT uint64_t tlmrt_model_arena_bytes(const tlmrt_model* m) {
+  if (m == NULL) return 0;
+  if (m->batch != NULL) return tlmrt_batch_arena_bytes(m->batch);
+  uint64_t total = 0;
+  for (int32_t i = 0; i < m->max_contexts; ++i) {
+    const exec_ctx* c = atomic_load_explicit(&m->ctxs[i], memory_order_acquire);
+    if (c != NULL && c->own_arena) total += m->backend->arena_bytes(m->state);
+  }
+  return total;
 }
 
 TLMRT_EXPORT int32_t tlmrt_model_num_batch_plans(const tlmrt_model* m) {

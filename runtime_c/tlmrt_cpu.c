@@ -716,6 +716,7 @@ typedef struct {
 /* What one run in flight owns: the activation arena and the kernels' argument tables into it. */
 typedef struct {
   uint8_t* arena;
+  int own_arena;                        /* 0: the caller's (a dynamic-batch model's shared arena) */
   tlmrt_dltensor* tensors;              /* plan->num_tensors */
   tlmrt_ffi_any* args;                  /* every step's arguments, one after another */
 } cpu_ctx;
@@ -807,18 +808,19 @@ static void cpu_ctx_destroy(void* state, void* ctx) {
   if (c == NULL) return;
   free(c->args);
   free(c->tensors);
-  free(c->arena);
+  if (c->own_arena) free(c->arena);
   free(c);
 }
 
-static tlmrt_status cpu_ctx_create(void* state, void** out_ctx, char* err, size_t err_cap) {
+static tlmrt_status cpu_ctx_create(void* state, void* arena, void** out_ctx, char* err, size_t err_cap) {
   cpu_model* m = (cpu_model*)state;
   const tlmrt_plan* plan = m->plan;
   *out_ctx = NULL;
   size_t nt = (size_t)plan->num_tensors;
   cpu_ctx* c = (cpu_ctx*)calloc(1, sizeof(cpu_ctx));
   if (c == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
-  c->arena = (uint8_t*)tlmrt_alloc_aligned(plan->arena_bytes);
+  c->own_arena = arena == NULL;
+  c->arena = arena != NULL ? (uint8_t*)arena : (uint8_t*)tlmrt_alloc_aligned(plan->arena_bytes);
   c->tensors = (tlmrt_dltensor*)calloc(nt > 0 ? nt : 1u, sizeof(tlmrt_dltensor));
   c->args = (tlmrt_ffi_any*)calloc(m->total_args > 0 ? (size_t)m->total_args : 1u, sizeof(tlmrt_ffi_any));
   if (c->arena == NULL || c->tensors == NULL || c->args == NULL) {
@@ -829,7 +831,7 @@ static tlmrt_status cpu_ctx_create(void* state, void** out_ctx, char* err, size_
   }
   uint64_t arena_alloc = plan->arena_bytes == 0 ? TLMRT_ALIGNMENT
                                                 : (plan->arena_bytes + TLMRT_ALIGNMENT - 1u) & ~(uint64_t)(TLMRT_ALIGNMENT - 1u);
-  memset(c->arena, 0, (size_t)arena_alloc);
+  if (c->own_arena) memset(c->arena, 0, (size_t)arena_alloc);  /* a caller's arena comes zeroed */
   for (size_t i = 0; i < nt; ++i) {
     const tlmrt_plan_tensor* pt = &plan->tensors[i];
     tlmrt_dltensor* t = &c->tensors[i];
@@ -1017,6 +1019,8 @@ static void* cpu_stream(void* state) {
 
 static const char* cpu_describe(void* state) { return ((cpu_model*)state)->description; }
 
+static uint64_t cpu_arena_bytes(void* state) { return ((cpu_model*)state)->plan->arena_bytes; }
+
 static int32_t cpu_num_steps(void* state) { return ((cpu_model*)state)->plan->num_steps; }
 
 static void cpu_step_name(void* state, int32_t step, const char** kernel, const char** task) {
@@ -1032,5 +1036,5 @@ static void cpu_step_name(void* state, int32_t step, const char** kernel, const 
 const tlmrt_backend tlmrt_backend_cpu = {
     "cpu",          TLMRT_DEVICE_CPU, CPU_MAX_CONTEXTS, cpu_open,      cpu_close,     cpu_ctx_create,
     cpu_ctx_destroy, cpu_run,          cpu_output_buffer, cpu_stream,  cpu_describe,  cpu_num_steps,
-    cpu_step_name,  NULL,
+    cpu_step_name,  NULL,             cpu_arena_bytes,   1,
 };

@@ -1134,9 +1134,10 @@ static tlmrt_status cuda_set_profiling(void* state, int on, char* err, size_t ca
   return s;
 }
 
-static tlmrt_status cuda_ctx_create(void* state, void** out_ctx, char* err, size_t cap) {
+static tlmrt_status cuda_ctx_create(void* state, void* arena, void** out_ctx, char* err, size_t cap) {
   (void)err;
   (void)cap;
+  (void)arena;  /* takes_arena 0: always NULL; the device arena is the model's (its block) */
   *out_ctx = state;  /* one run at a time (max_contexts 1): the model is its own context */
   return TLMRT_OK;
 }
@@ -1156,6 +1157,8 @@ static void cuda_output_buffer(void* state, void* ctx, int32_t index, tlmrt_io* 
   out->device_id = m->device.ordinal;
 }
 
+static uint64_t cuda_arena_bytes(void* state) { return ((cuda_model*)state)->plan->arena_bytes; }
+
 static int32_t cuda_num_steps(void* state) { return ((cuda_model*)state)->plan->num_launches; }
 
 static void cuda_step_name(void* state, int32_t step, const char** kernel, const char** task) {
@@ -1171,7 +1174,7 @@ static const char* cuda_describe(void* state) { return ((cuda_model*)state)->des
 const tlmrt_backend tlmrt_backend_cuda = {
     "cuda",           TLMRT_DEVICE_CUDA, 1,           cuda_open,    cuda_close,     cuda_ctx_create,
     cuda_ctx_destroy, cuda_run,          cuda_output_buffer, cuda_stream, cuda_describe, cuda_num_steps,
-    cuda_step_name,   cuda_set_profiling,
+    cuda_step_name,   cuda_set_profiling, cuda_arena_bytes, 0,
 };
 
 /* ---- DLPack buffers --------------------------------------------------------------------------- */

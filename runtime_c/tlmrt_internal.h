@@ -172,8 +172,11 @@ typedef struct {
                        tlmrt_plan_tables* tables, char* err, size_t err_cap);
   void (*close)(void* state);
   /* What one run in flight needs for itself (the CPU: an arena and its argument tables), made at open
-   * for the first run and when runs overlap; the weights and the code stay shared. */
-  tlmrt_status (*ctx_create)(void* state, void** out_ctx, char* err, size_t err_cap);
+   * for the first run and when runs overlap; the weights and the code stay shared. arena: NULL (the
+   * context makes its own), or, for a backend with takes_arena, a zeroed 64-byte-aligned buffer of at
+   * least arena_bytes(state) bytes that the context runs in and never frees (a dynamic-batch model's
+   * plans share one arena per run in flight: tlmrt_batch.c). */
+  tlmrt_status (*ctx_create)(void* state, void* arena, void** out_ctx, char* err, size_t err_cap);
   void (*ctx_destroy)(void* state, void* ctx);
   /* One run in ctx. The core has checked every buffer: sizes match the plan, data is non-NULL (except
    * an output with data NULL and nbytes 0: leave it in the arena), device buffers are on this
@@ -192,6 +195,10 @@ typedef struct {
   void (*step_name)(void* state, int32_t step, const char** kernel, const char** task);
   /* Prepares (on = 1) or drops (0) what timing needs beyond a clock (CUDA: events); NULL if nothing. */
   tlmrt_status (*set_profiling)(void* state, int on, char* err, size_t err_cap);
+  /* The bytes of activation arena one context runs in (the plan's arena_bytes; CUDA: the device arena,
+   * one per model). */
+  uint64_t (*arena_bytes)(void* state);
+  int32_t takes_arena;  /* 1: ctx_create runs a context in the caller's arena when given one */
 } tlmrt_backend;
 
 extern const tlmrt_backend tlmrt_backend_cpu;
@@ -205,9 +212,22 @@ extern const tlmrt_backend tlmrt_backend_cuda;
 #define TLMRT_BATCH_PLANS_FILE "batch_plans"
 typedef struct tlmrt_batch tlmrt_batch;
 
-/* Opens one plan of the artifact as a model: the core's open with the plan library's symbol. */
-tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, const char* plan_symbol,
+/* Opens one plan of the artifact as a model: the core's open with the plan library's symbol.
+ * own_arena 1: the first run's context (and its arena) is made now, as for any model; 0 (a backend
+ * with takes_arena): no context is made, and the plan runs only through tlmrt_plan_run_in, in arenas
+ * the caller gives. */
+tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, const char* plan_symbol, int own_arena,
                                    tlmrt_model** out, char* err, size_t err_cap);
+/* Makes context `slot` of plan model m in `arena` (see ctx_create) unless it exists. The caller holds
+ * the slot: no other thread uses it meanwhile. */
+tlmrt_status tlmrt_plan_prepare_slot(tlmrt_model* m, int32_t slot, void* arena, char* err, size_t err_cap);
+/* One run of plan model m in context `slot`, prepared before (tlmrt_plan_prepare_slot) and held by the
+ * caller; buffers sized as the plan's tables say. Profiling counts it as a run of m. */
+tlmrt_status tlmrt_plan_run_in(tlmrt_model* m, int32_t slot, const tlmrt_io* inputs, const tlmrt_io* outputs,
+                               char* err, size_t err_cap);
+/* The backend's arena bytes per context of model m, and whether its contexts take a caller's arena. */
+uint64_t tlmrt_plan_arena_bytes(const tlmrt_model* m);
+int tlmrt_backend_takes_arena(int32_t device_type);
 /* *out NULL (and TLMRT_OK) when dir has no batch_plans file; else every batch plan, opened and
  * checked against each other. */
 tlmrt_status tlmrt_batch_open(const char* dir, const tlmrt_options* opts, tlmrt_batch** out, char* err,
@@ -223,6 +243,9 @@ uint64_t tlmrt_batch_sample_nbytes(const tlmrt_batch* b, int output, int32_t ind
 const char* tlmrt_batch_describe(tlmrt_batch* b);
 /* Replaces the plans' costs (one per plan, ascending batch order) and remakes the cover table. */
 tlmrt_status tlmrt_batch_set_costs(tlmrt_batch* b, int32_t num_plans, const int64_t* costs, char* err, size_t err_cap);
+/* The activation arena bytes the plans have allocated: with shared arenas (CPU), one arena of the
+ * largest plan's size per run that has been in flight at once; else the sum of the plans' own. */
+uint64_t tlmrt_batch_arena_bytes(const tlmrt_batch* b);
 /* Runs `batch` samples (buffers already checked by the core: batch * sample bytes each), over the
  * plans the cost table chose for it. */
 tlmrt_status tlmrt_batch_run(tlmrt_batch* b, int64_t batch, const tlmrt_io* inputs, const tlmrt_io* outputs,

@@ -124,6 +124,13 @@ def test_manifest_lists_batch_plans_and_shares_one_weights_file(dynamic):
     assert (folder / "batch_plans").read_text().splitlines()[0] == "tlmpack batch plans 1"
 
 
+def test_manifest_records_layout_ops_per_plan_as_a_fixed_build_does(dynamic):
+    manifest = json.loads((dynamic[2] / "manifest.json").read_text())
+    x86 = next(t for t in manifest["targets"] if t["kind"] == "x86")
+    assert x86["conv_layout"] == "NHWC" and x86["layout_ops"] is True  # a conv model, channels-last on x86
+    assert [p["x86"]["layout_ops"] for p in manifest["batch_plans"]] == [True] * len(BATCHES)
+
+
 def test_inspect_lists_the_batch_plans_and_how_other_batches_run(dynamic):
     from click.testing import CliRunner
 
@@ -134,7 +141,12 @@ def test_inspect_lists_the_batch_plans_and_how_other_batches_run(dynamic):
     assert "('batch', 3, 8, 8)" in result.output
     for b in BATCHES:
         assert f"batch plan {b:>4}: x86 " in result.output
-    assert "7→4+4" in result.output and "3→4" in result.output
+    from tlmpack.runtime.batching import cover
+
+    manifest = json.loads((dynamic[2] / "manifest.json").read_text())
+    costs = {p["batch"]: p["cost"]["x86"] for p in manifest["batch_plans"]}
+    for b in (3, 7):  # the covers the plans' recorded costs give (they follow the schedules chosen)
+        assert f"{b}→{'+'.join(map(str, cover(b, costs)))}" in result.output
 
 
 def test_cli_run_with_random_inputs_feeds_the_largest_plan(dynamic):
@@ -163,13 +175,64 @@ def test_measured_costs_replace_the_estimates_and_keep_outputs_right(dynamic, mo
 
 
 def test_cover_follows_the_cost_model():
-    from tlmpack.runtime.batching import cover, plan_costs
+    from tlmpack.runtime.batching import PlanWork, cover, plan_costs
 
-    x86, cuda = plan_costs(BATCHES, "x86"), plan_costs(BATCHES, "cuda")
-    assert cover(4, x86) == [4] and cover(3, x86) == [4] and cover(7, x86) == [4, 4] and cover(5, x86) == [4, 1]
+    def work(per_sample_flops: int, calls: int, lane_factor: dict | None = None) -> dict:
+        lane_factor = lane_factor or {}
+        return {b: PlanWork(calls, per_sample_flops * b, round(per_sample_flops * b * lane_factor.get(b, 1)), 4096 * b)
+                for b in BATCHES}
+
+    # x86, work that grows with the batch (a call is cheap against it): in-between batches split
+    x86 = plan_costs(work(50_000_000, 20), "x86")
+    assert cover(4, x86) == [4] and cover(3, x86) == [1, 1, 1] and cover(7, x86) == [4, 1, 1, 1]
+    assert cover(5, x86) == [4, 1]
+    # the batch-1 and -4 plans' reductions run in serial inner loops (8x the lane work), the batch-16
+    # plan's are vectorized: in-between batches pad to 16 instead
+    serial = plan_costs(work(50_000_000, 20, {1: 8, 4: 8}), "x86")
+    assert cover(7, serial) == [16] and cover(3, serial) == [16]
+    # only the batch-4 plan's: the batch-1 plan is the cheaper way to 7
+    serial4 = plan_costs(work(50_000_000, 20, {4: 8}), "x86")
+    assert cover(7, serial4) == [1] * 7
+    # a tiny model (its calls cost more than its work) pads on x86 too
+    tiny = plan_costs(work(30_000, 4), "x86")
+    assert cover(3, tiny) == [4] and cover(7, tiny) == [16]
+    # CUDA: launches dominate a small model's run, so padding wins
+    cuda = plan_costs(work(5_000_000, 20), "cuda")
     assert cover(7, cuda) == [16] and cover(3, cuda) == [4]
     with pytest.raises(ValueError):
         cover(17, x86)
+
+
+def test_manifest_records_each_plans_work_and_its_estimate(dynamic):
+    from tlmpack.runtime.batching import PlanWork, estimate_ns
+
+    folder = dynamic[2]
+    plans = json.loads((folder / "manifest.json").read_text())["batch_plans"]
+    works = [PlanWork.from_json(p["x86"]["work"]) for p in plans]
+    assert [w.calls for w in works] == [p["x86"]["kernel_calls"] for p in plans]
+    assert 0 < works[0].flops < works[1].flops < works[2].flops and all(w.lane_flops >= w.flops for w in works)
+    assert [p["cost"]["x86"] for p in plans] == [estimate_ns(w, "x86") for w in works]
+    lines = (folder / "batch_plans").read_text().splitlines()[1:]
+    assert lines == [f"x86 {p['batch']} {p['cost']['x86']}" for p in plans]
+
+
+def test_lane_factor_counts_serial_reductions_as_one_lane():
+    from tvm import s_tir, te
+
+    from tlmpack.schedule.estimate import lane_factor, reduction_lanes, task_flops
+
+    a, b = te.placeholder((16, 32), name="A"), te.placeholder((32, 64), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    c = te.compute((16, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    plain = te.create_prim_func([a, b, c])
+    assert task_flops({"t": plain}) == {"t": 2 * 16 * 64 * 32}
+    assert reduction_lanes(plain) == 1 and lane_factor(plain, 8) == 8.0
+    sch = s_tir.Schedule(plain)
+    i, j, kk = sch.get_loops(sch.get_sblock("C"))
+    jo, ji = sch.split(j, [None, 8])
+    sch.reorder(i, jo, kk, ji)
+    sch.vectorize(ji)
+    assert reduction_lanes(sch.mod["main"]) == 8 and lane_factor(sch.mod["main"], 8) == 1.0
 
 
 def _c_model(folder: Path):
@@ -240,6 +303,25 @@ def test_c_driver_runs_every_batch_and_concurrent_batches(dynamic, tmp_path):
     proc = subprocess.run([str(exe), str(dynamic[2])], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ALL_OK"), proc.stdout + proc.stderr
     assert "REFUSED: input 0 (x): expected shape (batch, 3, 8, 8) with batch in 1..16, found (17, 3, 8, 8)" in proc.stdout
+    plans = json.loads((dynamic[2] / "manifest.json").read_text())["batch_plans"]
+    assert f"ARENA {max(p['x86']['arena_bytes'] for p in plans)}\n" in proc.stdout
+
+
+def test_plans_share_one_arena_the_size_of_the_largest(dynamic):
+    """Plans run one after another within a run, so a CPU model has one arena of the largest plan's size
+    (not the sum over plans), whatever batches run one after another."""
+    import tlmpack.runtime as rt
+
+    _, tar, folder = dynamic
+    arenas = [p["x86"]["arena_bytes"] for p in json.loads((folder / "manifest.json").read_text())["batch_plans"]]
+    assert sum(arenas) > max(arenas)
+    with rt.load(tar, device="cpu") as m:
+        assert m.arena_bytes == max(arenas)
+        x = np.random.default_rng(3).standard_normal((16, 3, 8, 8)).astype(np.float32)
+        full = m.run(None, {"x": x})[0]
+        for b in (1, 3, 7, 16):
+            np.testing.assert_allclose(m.run(None, {"x": x[:b]})[0], full[:b], rtol=1e-5, atol=1e-6)
+        assert m.arena_bytes == max(arenas)
 
 
 def test_a_fixed_shape_build_stays_format_version_2_without_batch_plans(tmp_path):
@@ -254,6 +336,7 @@ def test_a_fixed_shape_build_stays_format_version_2_without_batch_plans(tmp_path
     assert "batches" not in manifest["build_options"]
     with rt.load(tmp_path / "fixed.tar", device="cpu") as m:
         assert m.batch_plans == [] and m.inputs[0].shape == (2, 3, 8, 8)
+        assert m.arena_bytes == manifest["targets"][0]["arena_bytes"] > 0  # its one arena
         x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
         ref = _reference(onnx_path, x)
         assert np.linalg.norm(m.run(None, {"x": x})[0] - ref) / np.linalg.norm(ref) < 1e-4
@@ -315,4 +398,10 @@ def test_cuda_plans_are_one_table_per_batch_plan(tmp_path):
     assert small["weights_sha256"] == largest["weights_sha256"]  # one weights.bin for both plans
     assert {launch["kernel"] for launch in small["launches"]}.isdisjoint({launch["kernel"] for launch in largest["launches"]}) \
         or small["launches"]  # distinct kernels per batch where the shapes differ; every plan launches some
-    assert (folder / "batch_plans").read_text().splitlines()[1:] == ["cuda 1 5000", "cuda 4 8000"]
+    from tlmpack.runtime.batching import PlanWork, estimate_ns
+
+    works = {p["batch"]: PlanWork.from_json(p["cuda"]["work"]) for p in manifest["batch_plans"]}
+    assert works[1].calls == len(small["launches"]) and works[4].calls == len(largest["launches"])
+    assert works[1].lane_flops == works[1].flops > 0  # no lane factor on CUDA
+    costs = [f"cuda {b} {estimate_ns(w, 'cuda')}" for b, w in sorted(works.items())]
+    assert (folder / "batch_plans").read_text().splitlines()[1:] == costs

@@ -103,3 +103,17 @@ def share_weights(graphs: dict[int, Graph]) -> tuple[bytes, dict[int, Graph]]:
         out[batch] = dataclasses.replace(graph, tensors=tensors)  # weights: the blob, once complete
     blob = b"".join(chunks)
     return blob, {b: dataclasses.replace(g, weights=blob) for b, g in out.items()}
+
+
+def plan_work(graph: Graph, flops: dict[str, int], factors: dict[str, float] | None = None,
+              calls: int | None = None):
+    """One plan's work (runtime/batching.py's PlanWork): its calls (or ``calls`` launches, CUDA), the
+    FLOPs of its kernels, the same counted in vector-lane work (each task's FLOPs times its factor in
+    ``factors``, schedule/estimate.py's lane_factor; 1 where absent) and the bytes of the kernels'
+    arguments, every argument once per call."""
+    from .runtime.batching import PlanWork
+
+    factors = factors or {}
+    nbytes = sum(graph.tensors[a].nbytes for c in graph.calls for a in c.args)
+    return PlanWork(len(graph.calls) if calls is None else calls, sum(flops.get(c.task, 0) for c in graph.calls),
+                    round(sum(flops.get(c.task, 0) * factors.get(c.task, 1.0) for c in graph.calls)), nbytes)

@@ -314,7 +314,10 @@ def _describe_batch_plans(plans: list) -> list[str]:
                 steps = t.get("launches", t.get("kernel_calls", "?"))
                 word = "launches" if "launches" in t else "kernel calls"
                 parts.append(f"{target} {_printable(steps)} {word}, arena {float(t.get('arena_bytes', 0)) / 2**20:.2f} MiB")
-        costs = ", ".join(f"{_printable(k)} {float(v) / COST_UNIT:g}" for k, v in sorted((plan.get("cost") or {}).items()))
+        # costs in ns from the plans' work (runtime/batching.py); older artifacts': sample units x COST_UNIT
+        counted = any(isinstance(plan.get(t), dict) and "work" in plan[t] for t in ("cuda", "x86"))
+        costs = ", ".join(f"{_printable(k)} {float(v) / 1e3:.1f} us" if counted else f"{_printable(k)} {float(v) / COST_UNIT:g}"
+                          for k, v in sorted((plan.get("cost") or {}).items()))
         out.append(f"  batch plan {_printable(plan.get('batch')):>4}: {'; '.join(parts)} (estimated cost {costs})")
     if plans:
         for target in sorted({k for p in plans for k in (p.get("cost") or {})}):

@@ -107,10 +107,13 @@ int main(int argc, char** argv) {
     FAIL("expected one float input and output with a symbolic batch (shape[0] -1)");
   }
   if (g_failures) return 1;
+  uint64_t arena = tlmrt_model_arena_bytes(g_model);  /* one arena of the largest plan's size, shared */
+  printf("ARENA %llu\n", (unsigned long long)arena);
   g_x = (float*)malloc((size_t)g_in.nbytes * (size_t)g_max);
   for (size_t i = 0; i < (size_t)(g_in.nbytes / 4u) * (size_t)g_max; ++i) g_x[i] = (float)((i * 7919u) % 101u) / 50.0f - 1.0f;
 
   check_against_single_samples("the artifact's costs");
+  if (tlmrt_model_arena_bytes(g_model) != arena) FAIL("runs one after another made another arena");
   int64_t flat[64];
   for (int32_t i = 0; i < plans; ++i) flat[i] = 1000;  /* equal costs: every batch pads to one run */
   if (tlmrt_model_set_batch_costs(g_model, plans, flat) != TLMRT_OK) FAIL("set costs: %s", tlmrt_model_last_error(g_model));
@@ -135,6 +138,12 @@ int main(int argc, char** argv) {
     pthread_create(&threads[i], NULL, worker, (void*)(intptr_t)b);
   }
   for (int i = 0; i < 8; ++i) pthread_join(threads[i], NULL);
+  /* Runs one after another kept the one arena; overlapping runs took one more each, at most 8 in all. */
+  uint64_t after = tlmrt_model_arena_bytes(g_model);
+  if (arena == 0 || after % arena != 0 || after > 8u * arena) {
+    FAIL("arena after 8 threads: expected k x %llu for k in 1..8, found %llu", (unsigned long long)arena,
+         (unsigned long long)after);
+  }
 
   for (int64_t b = 1; b <= g_max; ++b) free(g_ref[b]);
   free(g_x);

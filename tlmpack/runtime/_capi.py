@@ -211,6 +211,10 @@ class Library:
             self._sig(lib, "tlmrt_model_batch_plan", ctypes.c_int64, [pm, ctypes.c_int32])
             self._sig(lib, "tlmrt_model_run_shaped", c_status,
                       [pm, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(IO), ctypes.POINTER(IO)])
+        # API version 6 (arenas shared by batch plans, and their size); absent before it.
+        self.has_arena_bytes = hasattr(lib, "tlmrt_model_arena_bytes")
+        if self.has_arena_bytes:
+            self._sig(lib, "tlmrt_model_arena_bytes", ctypes.c_uint64, [pm])
         self.lib = lib
         self.version = (lib.tlmrt_version() or b"").decode(errors="replace")
 
@@ -256,6 +260,10 @@ class Library:
             return []
         return [int(self.lib.tlmrt_model_batch_plan(handle, i))
                 for i in range(self.lib.tlmrt_model_num_batch_plans(handle))]
+
+    def arena_bytes(self, handle: int) -> int | None:
+        """The activation arena bytes the model has allocated (None from a runtime before API version 6)."""
+        return int(self.lib.tlmrt_model_arena_bytes(handle)) if self.has_arena_bytes else None
 
     def device_name(self, handle: int) -> str:
         if not self.has_v2:

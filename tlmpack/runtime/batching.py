@@ -4,27 +4,81 @@ The build writes one cost per (target, batch plan) into the artifact's ``batch_p
 runtime (runtime_c/tlmrt_batch.c) covers a caller's batch with the plans at the least total cost,
 by the same dynamic programme as ``cover`` here (which `tlmpack inspect` and the tests use).
 
-The cost model: a run of the plan for P samples costs P + F sample-units, F being the run's fixed
-cost (kernel launches, thread-pool wake-ups, small-batch inefficiency). On x86 a run is mostly
-compute, so F = 1 and an in-between batch is split over smaller plans when padding would waste more
-than a run's overhead. On CUDA a small model's run is mostly launches and idle SMs, so F = the
-largest plan: padding wins unless it more than doubles the work. These are estimates from the plan
-sizes alone, not measurements; bench/dynamic_batch.py measures what they choose.
+The cost model: the build counts each plan's work (``PlanWork``: its kernel calls or launches, the
+floating-point operations of its kernels from TVM's estimate of each task's TIR, the same counted as
+vector-lane work, and the bytes its kernels' arguments take), and a run's estimated time is
+
+    lane_flops / FLOP_RATE + bytes / BYTE_RATE + calls * CALL_NS          (nanoseconds)
+
+with one set of rates per target (``RATES``): roughly what tlmpack's own kernels attain, not the
+hardware's peak. lane_flops is where the schedule shows. On x86 a reduction whose innermost loop is
+serial does one multiply-add where a vectorized one does eight (AVX2), so its FLOPs count eight
+times (schedule/estimate.py). A plan whose kernels the TLM scheduled with serial inner loops costs
+what its work in lanes says, not its batch size. On CUDA lane_flops is the FLOPs.
+
+So a plan's cost is its work, including what does not grow with the batch, and the fixed cost of a
+run is its kernel calls. On x86 a call costs little against the work, so an in-between batch runs
+over smaller plans when they do less work in lanes, and is padded when a larger plan is the better
+scheduled one. On CUDA the launches dominate a small model's run, so padding wins (7 as 16). What
+the estimate cannot see (caches, the quality of a vectorized schedule, a GPU kernel's occupancy)
+``Model.calibrate_batch_plans()`` measures: it replaces the estimates by the plans' run times.
+
+Artifacts built before the plans' work was counted (no "work" in the manifest's batch_plans) have
+costs of (P + F) * COST_UNIT for a plan of P samples (F = 1 on x86, the largest plan on CUDA).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 BATCH_PLANS_FILE = "batch_plans"
 BATCH_PLANS_HEADER = "tlmpack batch plans 1"
-COST_UNIT = 1000  # costs are integers in the file: thousandths of a sample
+COST_UNIT = 1000  # legacy costs: thousandths of a sample
 
 
-def plan_costs(batches: tuple[int, ...], target: str) -> dict[int, int]:
-    """The estimated cost of one run of each batch plan on ``target`` ("x86" | "cuda")."""
-    fixed = 1 if target == "x86" else max(batches)
-    return {b: (b + fixed) * COST_UNIT for b in batches}
+@dataclass(frozen=True)
+class PlanWork:
+    """What one run of a plan does on one target: what its cost estimate is made of."""
+
+    calls: int  # kernel calls (x86) or launches (CUDA)
+    flops: int  # floating-point operations of its kernels (TVM's estimate from their TIR)
+    lane_flops: int  # the same as vector-lane work: x86 reductions in narrower loops count more (schedule/estimate.py)
+    bytes: int  # bytes of every kernel's arguments, counted once per call
+
+    def to_json(self) -> dict:
+        return {"calls": self.calls, "flops": self.flops, "lane_flops": self.lane_flops, "bytes": self.bytes}
+
+    @staticmethod
+    def from_json(d: Mapping) -> PlanWork:
+        return PlanWork(int(d["calls"]), int(d["flops"]), int(d["lane_flops"]), int(d["bytes"]))
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What tlmpack's kernels attain on a target, roughly: the constants of the cost estimate."""
+
+    flops_per_ns: float
+    bytes_per_ns: float
+    call_ns: float  # a kernel call (x86: the call and the thread pool's wake-up) or launch (CUDA graph replay)
+
+
+# x86: one core of the 2-core EPYC build VM ran the bench models' vectorized plans at 60-70 GFLOP/s, and the
+# runtime's call with a pool wake-up takes a few microseconds. CUDA: the H200 ran the same small models'
+# kernels at 0.1-1 TFLOP/s, each launch (or graph node) a few microseconds at least.
+RATES = {"x86": Rates(flops_per_ns=60.0, bytes_per_ns=20.0, call_ns=2000.0),
+         "cuda": Rates(flops_per_ns=2000.0, bytes_per_ns=1000.0, call_ns=5000.0)}
+
+
+def estimate_ns(work: PlanWork, target: str) -> int:
+    """The estimated time of one run (ns, at least 1) of a plan doing ``work`` on ``target``."""
+    r = RATES[target]
+    return max(1, round(work.lane_flops / r.flops_per_ns + work.bytes / r.bytes_per_ns + work.calls * r.call_ns))
+
+
+def plan_costs(work: Mapping[int, PlanWork], target: str) -> dict[int, int]:
+    """The estimated cost (ns) of one run of each batch plan on ``target`` ("x86" | "cuda")."""
+    return {b: estimate_ns(w, target) for b, w in work.items()}
 
 
 def render_batch_plans(costs: Mapping[str, Mapping[int, int]]) -> str:

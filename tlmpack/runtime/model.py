@@ -155,6 +155,16 @@ class Model:
         with self._lock:
             return self._lib.device_name(self._handle) if self._handle is not None else "closed"
 
+    @property
+    def arena_bytes(self) -> int | None:
+        """Bytes of activation arena the C runtime has allocated for this model: one arena per run that has
+        been in flight at once (host memory on the CPU, the device arena on CUDA). A dynamic-batch model on
+        the CPU has one of its largest plan's size per run in flight, shared by its plans. None from a
+        runtime older than API version 6."""
+        with self._lock:
+            self._check_open()
+            return self._lib.arena_bytes(self._handle)
+
     def _check_against_plan(self) -> None:
         """The manifest (which users read) and the compiled plan (which runs) must describe the same tensors."""
         assert self._handle is not None
@@ -271,7 +281,7 @@ class Model:
 
     def calibrate_batch_plans(self, runs: int = 5) -> dict[int, int]:
         """Measures each batch plan and has the C runtime cover other batches by those times instead of
-        the build's estimates from the plan sizes. Plans run on zeros, one run of each in turn (after a
+        the build's estimates from the plans' counted work. Plans run on zeros, one run of each in turn (after a
         warm-up), ``runs`` times; a plan's cost is its fastest run, since a busy machine only adds time.
         Returns the costs (nanoseconds per run of each plan). Where a small plan is no cheaper than a
         large one (a launch-bound model, a poorly scheduled size), this turns splits into padding."""
