@@ -199,6 +199,12 @@ def test_cover_follows_the_cost_model():
     # CUDA: launches dominate a small model's run, so padding wins
     cuda = plan_costs(work(5_000_000, 20), "cuda")
     assert cover(7, cuda) == [16] and cover(3, cuda) == [4]
+    # the bench CNN's CUDA plans as built (bench/dynamic_batch.py): on the H200 exact 16 ran 0.356 ms,
+    # 4 + 4 0.540 ms; the estimate must pad
+    cnn = plan_costs({1: PlanWork(12, 162_809_162, 162_809_162, 3_191_120),
+                      4: PlanWork(12, 651_236_648, 651_236_648, 10_307_528),
+                      16: PlanWork(12, 2_604_946_592, 2_604_946_592, 38_773_160)}, "cuda")
+    assert cover(7, cnn) == [16] and cover(3, cnn) == [4]
     with pytest.raises(ValueError):
         cover(17, x86)
 

@@ -8,7 +8,7 @@ The cost model: the build counts each plan's work (``PlanWork``: its kernel call
 floating-point operations of its kernels from TVM's estimate of each task's TIR, the same counted as
 vector-lane work, and the bytes its kernels' arguments take), and a run's estimated time is
 
-    lane_flops / FLOP_RATE + bytes / BYTE_RATE + calls * CALL_NS          (nanoseconds)
+    RUN_NS + lane_flops / FLOP_RATE + bytes / BYTE_RATE + calls * CALL_NS          (nanoseconds)
 
 with one set of rates per target (``RATES``): roughly what tlmpack's own kernels attain, not the
 hardware's peak. lane_flops is where the schedule shows. On x86 a reduction whose innermost loop is
@@ -19,7 +19,8 @@ what its work in lanes says, not its batch size. On CUDA lane_flops is the FLOPs
 So a plan's cost is its work, including what does not grow with the batch, and the fixed cost of a
 run is its kernel calls. On x86 a call costs little against the work, so an in-between batch runs
 over smaller plans when they do less work in lanes, and is padded when a larger plan is the better
-scheduled one. On CUDA the launches dominate a small model's run, so padding wins (7 as 16). What
+scheduled one. On CUDA a run's fixed cost (the graph launch, the copies, the synchronisation) and
+its launches dominate a small model's run, so padding wins (7 as 16). What
 the estimate cannot see (caches, the quality of a vectorized schedule, a GPU kernel's occupancy)
 ``Model.calibrate_batch_plans()`` measures: it replaces the estimates by the plans' run times.
 
@@ -61,19 +62,23 @@ class Rates:
     flops_per_ns: float
     bytes_per_ns: float
     call_ns: float  # a kernel call (x86: the call and the thread pool's wake-up) or launch (CUDA graph replay)
+    run_ns: float = 0.0  # a run's own fixed cost (CUDA: the graph launch, copies and synchronisation)
 
 
 # x86: one core of the 2-core EPYC build VM ran the bench models' vectorized plans at 60-70 GFLOP/s, and the
-# runtime's call with a pool wake-up takes a few microseconds. CUDA: the H200 ran the same small models'
-# kernels at 0.1-1 TFLOP/s, each launch (or graph node) a few microseconds at least.
+# runtime's call with a pool wake-up takes a few microseconds. CUDA: on the H200 the bench CNN's and
+# encoder's exact-batch artifacts (bench/dynamic_batch.py, 2026-12-01) ran batch 1 -> 16 in 0.26 -> 0.36 ms
+# and 0.12 -> 0.18 ms: about 25 TFLOP/s for the added work over a fixed cost of some 0.1 ms a run. At 2
+# TFLOP/s and no fixed cost the estimate split batch 7 of the CNN into 4 + 4, 1.53x the padded run.
 RATES = {"x86": Rates(flops_per_ns=60.0, bytes_per_ns=20.0, call_ns=2000.0),
-         "cuda": Rates(flops_per_ns=2000.0, bytes_per_ns=1000.0, call_ns=5000.0)}
+         "cuda": Rates(flops_per_ns=25000.0, bytes_per_ns=1000.0, call_ns=5000.0, run_ns=50000.0)}
 
 
 def estimate_ns(work: PlanWork, target: str) -> int:
     """The estimated time of one run (ns, at least 1) of a plan doing ``work`` on ``target``."""
     r = RATES[target]
-    return max(1, round(work.lane_flops / r.flops_per_ns + work.bytes / r.bytes_per_ns + work.calls * r.call_ns))
+    return max(1, round(r.run_ns + work.lane_flops / r.flops_per_ns + work.bytes / r.bytes_per_ns
+                        + work.calls * r.call_ns))
 
 
 def plan_costs(work: Mapping[int, PlanWork], target: str) -> dict[int, int]:
