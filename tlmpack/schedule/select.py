@@ -239,11 +239,10 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     best, why = _first_that_fits(tlm, space, hardware, info, decoded, check)
     if best is None:
         return None, why, tlm
+    substitute = f" (a top-k sample: the greedy point's {check.what} was out of bounds)" if best is not decoded[0] else ""
     if best.confidence < tlm.summary.min_confidence:
-        return None, f"confidence {best.confidence:.2f} below {tlm.summary.min_confidence:.2f}", tlm
-    note = f"{tlm.id}, confidence {best.confidence:.2f}"
-    if best is not decoded[0]:
-        note += f" (a top-k sample: the greedy point's {check.what} was out of bounds)"
+        return None, f"confidence {best.confidence:.2f} below {tlm.summary.min_confidence:.2f}{substitute}", tlm
+    note = f"{tlm.id}, confidence {best.confidence:.2f}{substitute}"
     choice = RuleChoice(best.sketch, best.func, best.decisions, note, choose_ms,
                         (time.perf_counter() - started) * 1e3, tuple(d for d in decoded if d is not best))
     return choice, "", tlm
