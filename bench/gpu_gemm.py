@@ -40,6 +40,9 @@ SHAPES = [
     ("bert-ffn1", 128, 768, 3072),
     ("bert-ffn2", 128, 3072, 768),
     ("bert-b16-ffn1", 2048, 768, 3072),
+    ("bert-b16-qkv", 2048, 768, 768),
+    ("bert-b16-ffn2", 2048, 3072, 768),
+    ("gpt2-b16-attn", 2048, 768, 2304),
     ("llama-qkvo", 128, 4096, 4096),
     ("llama-up", 128, 4096, 11008),
     ("llama-down", 128, 11008, 4096),
@@ -50,6 +53,7 @@ SHAPES = [
 VARIANTS = {
     "old-rules": (["--scheduler", "heuristic", "--disable-rules", "cuda-gemm"], {}),
     "gemm256": (["--scheduler", "heuristic"], {"TLMPACK_CUDA_GEMM_MIN_THREADS": "256"}),
+    "gemm128": (["--scheduler", "heuristic"], {"TLMPACK_CUDA_GEMM_MIN_THREADS": "128"}),
 }
 
 

@@ -202,3 +202,19 @@ def test_a_weight_that_ignores_batch_and_rows_is_a_batched_gemm(batch, tvm_targe
     assert m_tile[0] * m_tile[1] * m_tile[2] == 128
     again = space.replay(choice.sketch, fixed_decider(choice.decisions))
     assert again is not None and again[1] == choice.decisions
+
+
+@pytest.mark.parametrize("shape,threads", [((4096, 4096, 4096), 256), ((2048, 768, 3072), 256),
+                                           ((128, 4096, 11008), 256), ((128, 768, 768), None)])
+def test_gemms_with_many_outputs_get_256_thread_blocks(shape, threads, tvm_target, hw, monkeypatch):
+    """Measured on the H200 (BENCHMARKS.md 2026-12-01 15:00): 256-thread blocks from 2^19 outputs."""
+    from tlmpack.schedule.heuristics.classify import classify
+    from tlmpack.schedule.heuristics.cuda_gemm import MANY_OUTPUTS, plan
+
+    monkeypatch.delenv("TLMPACK_CUDA_GEMM_MIN_THREADS", raising=False)
+    m, k, n = shape
+    chosen = plan(classify(_matmul(m, k, n)), hw)
+    if threads is None:
+        assert m * n < MANY_OUTPUTS and chosen["ty"] * chosen["tx"] >= 64
+    else:
+        assert chosen["ty"] * chosen["tx"] == threads

@@ -130,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m.weights = w;
     m.total_args = total_args;
     void* ctx = NULL;
-    if (build_shared(&m, err, sizeof(err)) == TLMRT_OK && cpu_ctx_create(&m, &ctx, err, sizeof(err)) == TLMRT_OK) {
+    if (build_shared(&m, err, sizeof(err)) == TLMRT_OK && cpu_ctx_create(&m, NULL, &ctx, err, sizeof(err)) == TLMRT_OK) {
       cpu_ctx* c = (cpu_ctx*)ctx;
       /* the arena exactly as large as the plan says, so a tensor past its end is an ASan report */
       uint8_t* exact = (uint8_t*)malloc(plan.arena_bytes > 0 ? plan.arena_bytes : 1u);

@@ -68,7 +68,7 @@ def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
     for ty in THREADS_M:
         for tx in THREADS_N:
             threads = ty * tx
-            if not _min_threads() <= threads <= min(256, hw.max_threads_per_block):
+            if not _min_threads(m * n * batch) <= threads <= min(256, hw.max_threads_per_block):
                 continue
             for tm in REG_M:
                 for tn in REG_N:
@@ -89,9 +89,21 @@ def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
     return best
 
 
-def _min_threads() -> int:
-    """64, or TLMPACK_CUDA_GEMM_MIN_THREADS (an A/B knob for bench/gpu_gemm.py, not a build option)."""
-    return int(os.environ.get("TLMPACK_CUDA_GEMM_MIN_THREADS", "") or 64)
+# Outputs from which a GEMM's blocks have 256 threads. The SM model scores 64-thread blocks with big
+# register tiles as well as 256-thread ones, but on the H200 (bench/gpu_gemm.py, 2026-12-01 15:00)
+# 256 threads ran 4096^3, the batch-16 BERT/GPT-2 layers and LLaMA's at 0.71-0.85 of cuBLAS where
+# the model's picks ran 0.49-0.69; under 2^19 outputs (BERT's seq-128 layers, split over K) its picks
+# were as fast or faster (0.90-1.21).
+MANY_OUTPUTS = 1 << 19
+
+
+def _min_threads(outputs: int) -> int:
+    """256 threads a block from MANY_OUTPUTS outputs, else 64; TLMPACK_CUDA_GEMM_MIN_THREADS overrides
+    (an A/B knob for bench/gpu_gemm.py, not a build option)."""
+    override = os.environ.get("TLMPACK_CUDA_GEMM_MIN_THREADS", "")
+    if override:
+        return int(override)
+    return 256 if outputs >= MANY_OUTPUTS else 64
 
 
 def _score(hw, m, n, k, batch, ty, tx, tm, tn, bk, ks) -> float | None:
