@@ -37,6 +37,10 @@ def test_another_sketch_shape_is_not_judged():
 def test_bounds_follow_the_register_file():
     assert register_tile_bounds(AVX2) == (4, 14)
     assert register_tile_bounds(AVX512) == (8, 30)
+    assert register_tile_bounds(AVX2, (128, 768)) == (4, 14)
+    # a classifier's GEMV (1 row): one vector is all its rows allow, and what the rules choose
+    assert register_tile_bounds(AVX2, (1, 1000)) == (1, 14)
+    assert register_tile_bounds(AVX512, (4, 1000)) == (1, 30)
 
 
 DATA = Path(__file__).parent / "data" / "gpt2_tasks"

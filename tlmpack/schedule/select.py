@@ -283,7 +283,7 @@ def _register_check(func, hardware: Any) -> PointCheck | None:
     if task.kind != "matmul":
         return None
     lanes = hardware.lanes(32)
-    low, high = register_tile_bounds(hardware)
+    low, high = register_tile_bounds(hardware, tuple(task.spatial))
 
     def vectors(d) -> int | None:
         return register_tile_vectors(tuple(task.spatial), d.decisions, lanes)

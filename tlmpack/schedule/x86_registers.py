@@ -30,8 +30,13 @@ def register_tile_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, .
     return vectors
 
 
-def register_tile_bounds(hardware: Any) -> tuple[int, int]:
+def register_tile_bounds(hardware: Any, spatial: tuple[int, ...] = ()) -> tuple[int, int]:
     """(fewest, most) accumulator vectors: half the rules' budget, and the register file less
-    the operands (AVX2: 4..14 of 16 ymm; AVX-512: 8..30 of 32 zmm)."""
+    the operands (AVX2: 4..14 of 16 ymm; AVX-512: 8..30 of 32 zmm). A task with fewer rows than
+    that (``spatial``'s loops but the last: a classifier's 1 x 2048 GEMV) has no lower bound, since
+    its rows cannot hold the accumulators and one vector is what the rules choose too."""
     budget = max(4, hardware.vector_registers // 2)
-    return budget // 2, hardware.vector_registers - OPERAND_REGISTERS
+    fewest = budget // 2
+    if spatial and math.prod(spatial[:-1]) < fewest:
+        fewest = 1
+    return fewest, hardware.vector_registers - OPERAND_REGISTERS
