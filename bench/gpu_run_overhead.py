@@ -37,22 +37,26 @@ def median_ms(fn, runs: int = 300) -> float:
     return statistics.median(times)
 
 
+def measure(path: str) -> str:
+    model = rt.load(path, device="cuda")
+    feed = {s.name: torch.randn(*s.shape, device="cuda") for s in model.inputs}
+    as_user = median_ms(lambda: model.run(None, feed, output_device="cuda"))
+    spec = model.outputs[0]
+    kept = model._new_cuda_array(spec)
+    ins = (_capi.IO * len(model.inputs))()
+    for i, s in enumerate(model.inputs):
+        ins[i] = _capi.IO(feed[s.name].data_ptr(), s.nbytes, _capi.DEVICE_CUDA, model.device_index)
+    outs = (_capi.IO * 1)(_capi.IO(kept.data_ptr, spec.nbytes, _capi.DEVICE_CUDA, model.device_index))
+    c_call = median_ms(lambda: model._lib.lib.tlmrt_model_run_io(model._handle, ins, outs))
+    alloc = median_ms(lambda: model._new_cuda_array(spec))
+    model.close()
+    return (f"{Path(path).name}: model.run(output_device='cuda') {as_user:.3f} ms; the C call with one kept "
+            f"output buffer {c_call:.3f} ms; allocating and freeing an output buffer alone {alloc:.3f} ms")
+
+
 def main() -> int:
     for path in sys.argv[1:]:
-        model = rt.load(path, device="cuda")
-        feed = {s.name: torch.randn(*s.shape, device="cuda") for s in model.inputs}
-        as_user = median_ms(lambda: model.run(None, feed, output_device="cuda"))
-        spec = model.outputs[0]
-        kept = model._new_cuda_array(spec)
-        ins = (_capi.IO * len(model.inputs))()
-        for i, s in enumerate(model.inputs):
-            ins[i] = _capi.IO(feed[s.name].data_ptr(), s.nbytes, _capi.DEVICE_CUDA, model.device_index)
-        outs = (_capi.IO * 1)(_capi.IO(kept.data_ptr, spec.nbytes, _capi.DEVICE_CUDA, model.device_index))
-        c_call = median_ms(lambda: model._lib.lib.tlmrt_model_run_io(model._handle, ins, outs))
-        alloc = median_ms(lambda: model._new_cuda_array(spec))
-        print(f"{Path(path).name}: model.run(output_device='cuda') {as_user:.3f} ms; the C call with one kept "
-              f"output buffer {c_call:.3f} ms; allocating and freeing an output buffer alone {alloc:.3f} ms")
-        model.close()
+        print(measure(path), flush=True)
     return 0
 
 
