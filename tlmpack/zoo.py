@@ -76,6 +76,15 @@ _BERT_VOCAB = 30522
 _GPT2_VOCAB = 50257
 _LLAMA_VOCAB = 32000
 
+
+def _bert(name: str, seq: int, hidden: int, layers: int, heads: int, ffn: int, description: str,
+          tiny: bool = False) -> ModelSpec:
+    """An HF BertModel encoder over ``seq`` token ids, output last_hidden_state."""
+    return ModelSpec(name, "_build_bert", _ids(seq, _BERT_VOCAB), ("last_hidden_state",),
+                     dict(seq=seq, vocab_size=_BERT_VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                          num_attention_heads=heads, intermediate_size=ffn),
+                     tiny=tiny, description=description)
+
 MODELS: dict[str, ModelSpec] = {
     s.name: s
     for s in [
@@ -117,21 +126,8 @@ MODELS: dict[str, ModelSpec] = {
             ),
             description="EfficientNet-B0 (HF EfficientNetForImageClassification)",
         ),
-        ModelSpec(
-            "bert-base",
-            "_build_bert",
-            _ids(128, _BERT_VOCAB),
-            ("last_hidden_state",),
-            dict(
-                seq=128,
-                vocab_size=_BERT_VOCAB,
-                hidden_size=768,
-                num_hidden_layers=12,
-                num_attention_heads=12,
-                intermediate_size=3072,
-            ),
-            description="BERT-base encoder (HF BertModel), seq 128, output last_hidden_state",
-        ),
+        _bert("bert-base", 128, 768, 12, 12, 3072,
+              "BERT-base encoder (HF BertModel), seq 128, output last_hidden_state"),
         ModelSpec(
             "gpt2",
             "_build_gpt2",
@@ -158,22 +154,9 @@ MODELS: dict[str, ModelSpec] = {
             description="2-layer LLaMA-7B-shaped decoder (HF LlamaForCausalLM), seq 128, output logits; "
             "~2.7 GB of fp32 weights, stored as external data NAME.onnx.data",
         ),
-        ModelSpec(
-            "encoder-197",
-            "_build_bert",
-            _ids(197, _BERT_VOCAB),
-            ("last_hidden_state",),
-            dict(
-                seq=197,
-                vocab_size=_BERT_VOCAB,
-                hidden_size=768,
-                num_hidden_layers=12,
-                num_attention_heads=12,
-                intermediate_size=3072,
-            ),
-            description="BERT-base-shaped encoder over 197 tokens (a ViT-B/16 sequence: 196 patches + CLS; "
-            "197 is prime), output last_hidden_state",
-        ),
+        _bert("encoder-197", 197, 768, 12, 12, 3072,
+              "BERT-base-shaped encoder over 197 tokens (a ViT-B/16 sequence: 196 patches + CLS; "
+              "197 is prime), output last_hidden_state"),
         # ---- tiny variants (CI) ----
         ModelSpec(
             "resnet-tiny",
@@ -190,38 +173,9 @@ MODELS: dict[str, ModelSpec] = {
             tiny=True,
             description="tiny ResNet (basic blocks, widths 16..128, one block per stage), 10 classes",
         ),
-        ModelSpec(
-            "bert-tiny",
-            "_build_bert",
-            _ids(32, _BERT_VOCAB),
-            ("last_hidden_state",),
-            dict(
-                seq=32,
-                vocab_size=_BERT_VOCAB,
-                hidden_size=128,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=512,
-            ),
-            tiny=True,
-            description="BERT 2 layers, hidden 128, 2 heads, seq 32",
-        ),
-        ModelSpec(
-            "encoder-77-tiny",
-            "_build_bert",
-            _ids(77, _BERT_VOCAB),
-            ("last_hidden_state",),
-            dict(
-                seq=77,
-                vocab_size=_BERT_VOCAB,
-                hidden_size=128,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=512,
-            ),
-            tiny=True,
-            description="BERT 2 layers, hidden 128, 2 heads, seq 77 (7 x 11: awkward rows and keys)",
-        ),
+        _bert("bert-tiny", 32, 128, 2, 2, 512, "BERT 2 layers, hidden 128, 2 heads, seq 32", tiny=True),
+        _bert("encoder-77-tiny", 77, 128, 2, 2, 512,
+              "BERT 2 layers, hidden 128, 2 heads, seq 77 (7 x 11: awkward rows and keys)", tiny=True),
         ModelSpec(
             "gpt2-tiny",
             "_build_gpt2",
