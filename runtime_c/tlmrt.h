@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 6
+#define TLMRT_API_VERSION 7
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -138,6 +138,13 @@ tlmrt_status tlmrt_model_output_buffer(tlmrt_model* m, int32_t index, tlmrt_io* 
 /* The CUstream a CUDA model runs on (NULL for a CPU model), so callers can order their own work
  * with it. Owned by the model. */
 void* tlmrt_model_stream(const tlmrt_model* m);
+
+/* Orders the model's next run after all work submitted so far to `stream` (a CUstream of the model's
+ * device, NULL for the legacy default stream) without waiting on the host (since API version 7): one
+ * event recorded there, waited for on the model's stream (on every plan's stream, for a dynamic-batch
+ * model). The cheap way to hand over device inputs that a framework wrote on its own stream; call it
+ * before the run, from the thread that runs. A CPU model has nothing to order: TLMRT_OK. */
+tlmrt_status tlmrt_model_wait_stream(tlmrt_model* m, void* stream);
 
 /* What the model runs on, for logs and benchmarks: "cpu (16 threads)", or
  * "cuda:0 NVIDIA H200 sm_90 (cubin cuda/sm_90.cubin, driver 13.0, CUDA graph)". */

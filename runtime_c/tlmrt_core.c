@@ -671,6 +671,19 @@ TLMRT_EXPORT void* tlmrt_model_stream(const tlmrt_model* m) {
   return m ? m->backend->stream(m->state) : NULL;
 }
 
+TLMRT_EXPORT tlmrt_status tlmrt_model_wait_stream(tlmrt_model* m, void* stream) {
+  if (m == NULL) return TLMRT_ERR_INVALID_ARGUMENT;
+  char* err = claim_error(m);
+  int32_t count = m->batch != NULL ? tlmrt_batch_count(m->batch) : 1;
+  for (int32_t i = 0; i < count; ++i) {
+    const tlmrt_model* plan = m->batch != NULL ? tlmrt_batch_model(m->batch, i) : m;
+    if (plan->backend->wait_stream == NULL) continue;
+    tlmrt_status s = plan->backend->wait_stream(plan->state, stream, err, ERR_CAP);
+    if (s != TLMRT_OK) return s;
+  }
+  return TLMRT_OK;
+}
+
 TLMRT_EXPORT uint64_t tlmrt_model_arena_bytes(const tlmrt_model* m) {
   if (m == NULL) return 0;
   if (m->batch != NULL) return tlmrt_batch_arena_bytes(m->batch);

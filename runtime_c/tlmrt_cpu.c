@@ -1035,6 +1035,7 @@ static void cpu_step_name(void* state, int32_t step, const char** kernel, const 
 
 const tlmrt_backend tlmrt_backend_cpu = {
     "cpu",          TLMRT_DEVICE_CPU, CPU_MAX_CONTEXTS, cpu_open,      cpu_close,     cpu_ctx_create,
-    cpu_ctx_destroy, cpu_run,          cpu_output_buffer, cpu_stream,  cpu_describe,  cpu_num_steps,
+    cpu_ctx_destroy, cpu_run,          cpu_output_buffer, cpu_stream,  NULL,          cpu_describe,
+    cpu_num_steps,
     cpu_step_name,  NULL,             cpu_arena_bytes,   1,
 };

@@ -130,6 +130,8 @@ typedef struct {
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*EventDestroy)(CUevent);
+  /* Optional (tlmrt_model_wait_stream only). */
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
 } cuda_api;
 
 #define API_ENTRY(sym, field) {sym, offsetof(cuda_api, field)}
@@ -233,6 +235,7 @@ static void api_load(void) {
       API_ENTRY("cuEventRecord", EventRecord),
       API_ENTRY("cuEventElapsedTime", EventElapsedTime),
       API_ENTRY("cuEventDestroy_v2", EventDestroy),
+      API_ENTRY("cuStreamWaitEvent", StreamWaitEvent),
   };
   for (size_t i = 0; i < sizeof(kOptional) / sizeof(kOptional[0]); ++i) {
     dlerror();
@@ -367,6 +370,7 @@ typedef struct {
   int runs;                       /* successful runs so far */
   uint32_t fork_count;            /* tlmrt_fork_count() at open: a child process has no CUDA context */
   CUevent* events;                /* profiling: num_launches + 1 events, NULL while it is off */
+  CUevent handover;               /* tlmrt_model_wait_stream's event (no timing), made on first use */
   char broken[TLMRT_ERROR_CAP];   /* why the context is unusable ("" while it is fine) */
   char graph_note[160];
   char description[512];
@@ -671,6 +675,7 @@ static void cuda_close(void* state) {
         if (m->events[i] != NULL) g_api.EventDestroy(m->events[i]);
       }
     }
+    if (m->handover != NULL) g_api.EventDestroy(m->handover);
     if (m->graph_exec != NULL) g_api.GraphExecDestroy(m->graph_exec);
     if (m->stream != NULL) g_api.StreamDestroy(m->stream);
     if (m->block != 0 && (m->shared == NULL || m->block != m->shared->block)) g_api.MemFree(m->block);
@@ -1169,11 +1174,55 @@ static void cuda_step_name(void* state, int32_t step, const char** kernel, const
 
 static void* cuda_stream(void* state) { return ((cuda_model*)state)->stream; }
 
+#define CU_EVENT_DISABLE_TIMING 2u
+
+/* The model's stream waits, on the device, for what `stream` holds now: one event, no host wait. */
+static tlmrt_status cuda_wait_stream(void* state, void* stream, char* err, size_t cap) {
+  cuda_model* m = (cuda_model*)state;
+  if ((CUstream)stream == m->stream) return TLMRT_OK;
+  if (m->fork_count != tlmrt_fork_count()) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_INCOMPATIBLE,
+                        "this CUDA model was opened before fork(), and a CUDA context does not survive fork: "
+                        "open the model again in the child process");
+  }
+  if (g_api.EventCreate == NULL || g_api.EventRecord == NULL || g_api.EventDestroy == NULL ||
+      g_api.StreamWaitEvent == NULL) {
+    return tlmrt_errorf(err, cap, TLMRT_ERR_INCOMPATIBLE,
+                        "this NVIDIA driver's libcuda.so.1 lacks cuEventCreate, cuEventRecord or cuStreamWaitEvent; "
+                        "synchronize the producer's stream before the run instead");
+  }
+  CUresult r = g_api.CtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS) return cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuCtxPushCurrent", NULL);
+  tlmrt_status s = TLMRT_OK;
+  if (m->handover == NULL) {
+    r = g_api.EventCreate(&m->handover, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+      m->handover = NULL;
+      s = cu_fail(err, cap, TLMRT_ERR_OUT_OF_MEMORY, r, "cuEventCreate (stream handover)", NULL);
+    }
+  }
+  if (s == TLMRT_OK) {
+    r = g_api.EventRecord(m->handover, (CUstream)stream);
+    if (r != CUDA_SUCCESS) {
+      s = cu_fail(err, cap, TLMRT_ERR_INVALID_ARGUMENT, r, "cuEventRecord on the producer's stream",
+                  "; is it a stream of this model's device?");
+    }
+  }
+  if (s == TLMRT_OK) {
+    r = g_api.StreamWaitEvent(m->stream, m->handover, 0);
+    if (r != CUDA_SUCCESS) s = cu_fail(err, cap, TLMRT_ERR_KERNEL, r, "cuStreamWaitEvent", NULL);
+  }
+  CUcontext popped;
+  g_api.CtxPopCurrent(&popped);
+  return s;
+}
+
 static const char* cuda_describe(void* state) { return ((cuda_model*)state)->description; }
 
 const tlmrt_backend tlmrt_backend_cuda = {
     "cuda",           TLMRT_DEVICE_CUDA, 1,           cuda_open,    cuda_close,     cuda_ctx_create,
-    cuda_ctx_destroy, cuda_run,          cuda_output_buffer, cuda_stream, cuda_describe, cuda_num_steps,
+    cuda_ctx_destroy, cuda_run,          cuda_output_buffer, cuda_stream, cuda_wait_stream, cuda_describe,
+    cuda_num_steps,
     cuda_step_name,   cuda_set_profiling, cuda_arena_bytes, 0,
 };
 

@@ -189,6 +189,8 @@ typedef struct {
                       tlmrt_step_counter* prof, char* err, size_t err_cap);
   void (*output_buffer)(void* state, void* ctx, int32_t index, tlmrt_io* out);
   void* (*stream)(void* state);
+  /* Orders the next run after the work submitted so far to `stream` (CUDA); NULL if nothing to order. */
+  tlmrt_status (*wait_stream)(void* state, void* stream, char* err, size_t err_cap);
   const char* (*describe)(void* state);
   /* The steps a run makes (CPU: kernel calls; CUDA: kernel launches), and their names. */
   int32_t (*num_steps)(void* state);

@@ -545,6 +545,7 @@ def test_outputs_as_cuda_arrays_and_cuda_inputs_through_dlpack(artifact, fake_dr
             del cap, y, z, y2, xd
             import gc; gc.collect()
             OUT["live_at_end"] = live() - base
+            OUT["kept"] = len(m._pool)
             # refusals
             for feed in ({"x": m.to_device(x.astype(np.float64)), "k": [3]},
                          {"x": m.to_device(np.zeros((3, 2), np.float32)), "k": [3]}):
@@ -552,6 +553,8 @@ def test_outputs_as_cuda_arrays_and_cuda_inputs_through_dlpack(artifact, fake_dr
                     m(feed)
                 except rt.InputError as e:
                     OUT.setdefault("refused", []).append(str(e))
+        gc.collect()
+        OUT["live_after_close"] = live() - base
     """, artifact, fake_driver)
     assert out["types"][0] == "CudaArray" and out["types"][1] == "<CudaArray float32 (2, 3) on cuda:0>"
     assert out["dlpack_device"] == [2, 0]
@@ -560,9 +563,112 @@ def test_outputs_as_cuda_arrays_and_cuda_inputs_through_dlpack(artifact, fake_dr
     np.testing.assert_allclose(out["y2"], Y + fabricate.WEIGHTS, rtol=1e-6)
     np.testing.assert_allclose(out["mixed"], Y * 2, rtol=1e-6)
     assert "handed to a DLPack consumer" in out["after_export"]
-    assert out["live_at_end"] == 0
+    # the collected, never exported buffers wait in the model's pool for the next outputs; close frees them
+    assert out["live_at_end"] == out["kept"] and 1 <= out["kept"] <= 2 * 2
+    assert out["live_after_close"] == 0
     assert out["refused"] == ["input 'x': expected dtype float32, got float64",
                               "input 'x': expected shape (2, 3), got (3, 2)"]
+
+
+def test_dropped_outputs_lend_their_buffers_to_the_next_run(artifact, fake_driver):
+    out = run_py("""
+        import ctypes, gc
+        stats = ctypes.CDLL("libcuda.so.1").fake_cuda_stats
+        def live():
+            s = (ctypes.c_int * 6)(); stats(s); return s[2]
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        with rt.load(ART, device="cuda") as m:
+            (y,) = m.run(["y"], {"x": x, "k": [3]}, output_device="cuda")
+            first = y.data_ptr
+            del y; gc.collect()
+            base = live()
+            ptrs = []
+            for _ in range(10):  # the loop every benchmark and server writes: each output dropped in turn
+                (y,) = m.run(["y"], {"x": x, "k": [3]}, output_device="cuda")
+                ptrs.append(y.data_ptr)
+            OUT["grew"] = live() - base
+            OUT["reused_first"] = first in ptrs
+            OUT["distinct"] = len(set(ptrs))
+            OUT["y"] = y.numpy().tolist()
+            # an exported buffer belongs to its consumer: it never comes back to the pool
+            cap = y.__dlpack__()
+            del y; gc.collect()
+            (y2,) = m.run(["y"], {"x": x, "k": [3]}, output_device="cuda")
+            OUT["export_kept_apart"] = y2.data_ptr not in [ptrs[-1]]
+            del cap
+    """, artifact, fake_driver)
+    assert out["grew"] <= 1 and out["reused_first"] and out["distinct"] <= 2
+    np.testing.assert_allclose(out["y"], Y, rtol=1e-6)
+    assert out["export_kept_apart"]
+
+
+_FAKE_TORCH = """
+    import ctypes, sys, types
+    waits = ctypes.CDLL("libcuda.so.1").fake_cuda_stream_waits
+    torch = types.ModuleType("torch")
+    class Tensor:  # what tlmpack reads of a torch CUDA tensor, over a buffer of the fake device
+        is_cuda = True
+        def __init__(self, buf, dtype="float32", shape=None, contiguous=True):
+            self.buf, self.dtype, self.shape, self.contiguous = buf, "torch." + dtype, shape or buf.shape, contiguous
+        def data_ptr(self): return self.buf.data_ptr
+        def get_device(self): return 0
+        def is_contiguous(self): return self.contiguous
+        def __dlpack_device__(self): return (2, 0)
+        def __dlpack__(self, stream=None): raise AssertionError("read through DLPack")
+    torch.Tensor = Tensor
+    torch.cuda = types.SimpleNamespace(current_stream=lambda i: types.SimpleNamespace(cuda_stream=0))
+    sys.modules["torch"] = torch
+"""
+
+
+def test_torch_cuda_tensors_are_read_without_dlpack_and_ordered_once_a_run(artifact, fake_driver):
+    out = run_py(textwrap.dedent(_FAKE_TORCH) + textwrap.dedent("""
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        with rt.load(ART, device="cuda") as m:
+            xt = Tensor(m.to_device(x))
+            before = waits()
+            OUT["y"] = m(x=xt, k=[3])[0].tolist()
+            (y,) = m.run(["y"], {"x": xt, "k": [3]}, output_device="cuda")
+            OUT["waits"] = waits() - before
+            for bad in (Tensor(xt.buf, "float64"), Tensor(xt.buf, shape=(3, 2)), Tensor(xt.buf, contiguous=False)):
+                try:
+                    m(x=bad, k=[3])
+                except rt.InputError as e:
+                    OUT.setdefault("refused", []).append(str(e))
+            before = waits()
+            m(x=m.to_device(x), k=[3])  # our own buffers need no handover
+            OUT["own_waits"] = waits() - before
+    """), artifact, fake_driver)
+    np.testing.assert_allclose(out["y"], Y, rtol=1e-6)
+    assert out["waits"] == 2  # one handover a run, on the device
+    assert out["own_waits"] == 0
+    assert out["refused"] == ["input 'x': expected dtype float32, got float64",
+                              "input 'x': expected shape (2, 3), got (3, 2)",
+                              "input 'x': a non-contiguous CUDA tensor; pass a C-contiguous one "
+                              "(e.g. tensor.contiguous())"]
+
+
+def test_wait_stream_in_the_c_api(artifact, fake_driver):
+    out = run_py("""
+        import ctypes
+        waits = ctypes.CDLL("libcuda.so.1").fake_cuda_stream_waits
+        with rt.load(ART, device="cuda") as m, rt.load(ART, device="cpu") as c:
+            lib = m._lib.lib
+            before = waits()
+            OUT["legacy"] = lib.tlmrt_model_wait_stream(m._handle, None)
+            OUT["own"] = lib.tlmrt_model_wait_stream(m._handle, m._stream)  # nothing to wait for
+            OUT["waits"] = waits() - before
+            not_a_stream = ctypes.create_string_buffer(64)  # memory, but no stream the fake driver made
+            OUT["bogus"] = lib.tlmrt_model_wait_stream(m._handle, ctypes.addressof(not_a_stream))
+            OUT["bogus_msg"] = m._lib.last_error(m._handle)
+            OUT["cpu"] = lib.tlmrt_model_wait_stream(c._handle, None)
+            OUT["y"] = m(x=np.zeros((2, 3), np.float32), k=[1])[0].tolist()  # still runs after the refusal
+    """, artifact, fake_driver)
+    assert (out["legacy"], out["own"], out["waits"]) == (0, 0, 1)
+    assert out["bogus"] == 1 and out["bogus_msg"].startswith("cuEventRecord on the producer's stream failed: "
+                                                             "CUDA_ERROR_INVALID_HANDLE")
+    assert out["cpu"] == 0
+    np.testing.assert_allclose(out["y"], np.zeros((2, 3)) + fabricate.WEIGHTS, rtol=1e-6)
 
 
 def test_cuda_tensor_for_a_cpu_model_is_refused_with_what_to_do(artifact, fake_driver):
@@ -655,3 +761,25 @@ def test_profile_on_a_real_gpu_times_every_launch_once_a_run(artifact):
         for _ in range(3):
             _, z = m(x=X, k=K)
         np.testing.assert_allclose(z, Z, rtol=1e-6)
+
+
+def test_a_dynamic_batch_model_orders_every_plan_after_a_dlpack_input():
+    """DLPack orders its producer before the largest plan's stream only; the other plans, each with a stream
+    of its own, must then wait for that one (and torch tensors for torch's current stream)."""
+    from types import SimpleNamespace
+
+    from tlmpack.runtime.dlpack import DeviceView
+    from tlmpack.runtime.model import Model
+
+    calls: list[object] = []
+    lib = SimpleNamespace(has_wait_stream=True,
+                          lib=SimpleNamespace(tlmrt_model_wait_stream=lambda h, s: calls.append(s) or 0))
+    view = DeviceView(1, 0, "float32", (2,), True, capsule=object(), ordering="dlpack")
+    model = SimpleNamespace(_lib=lib, _handle=1, _stream=77, device_index=0, batch_plans=[1, 4],
+                            _raise_for=lambda status: None)
+    Model._order_after_producers(model, [view, None])
+    assert calls == [77]
+    calls.clear()
+    model.batch_plans = []
+    Model._order_after_producers(model, [view, None])  # one plan: DLPack ordered its stream already
+    assert calls == []

@@ -676,7 +676,7 @@ EXPORT CUresult cuEventRecord(void* event, void* stream) {
   ENTER("cuEventRecord");
   NEED_CONTEXT();
   fake_event* e = (fake_event*)event;
-  CUresult r = stream_ok(stream);
+  CUresult r = stream == NULL ? OK : stream_ok(stream);  /* NULL: the legacy default stream */
   if (r != OK) return r;
   if (e == NULL || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
   e->recorded = 1;
@@ -692,6 +692,19 @@ EXPORT CUresult cuEventElapsedTime(float* ms, void* start, void* end) {
   if (ms == NULL || a == NULL || b == NULL || a->magic != EVENT_MAGIC || b->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
   if (!a->recorded || !b->recorded) return E_INVALID_HANDLE;
   *ms = (float)((double)(int64_t)(b->ns - a->ns) / 1e6);
+  return OK;
+}
+
+static int g_stream_waits = 0;
+
+EXPORT CUresult cuStreamWaitEvent(void* stream, void* event, unsigned flags) {
+  ENTER("cuStreamWaitEvent");
+  NEED_CONTEXT();
+  CUresult r = stream_ok(stream);
+  if (r != OK) return r;
+  fake_event* e = (fake_event*)event;
+  if (e == NULL || e->magic != EVENT_MAGIC || flags != 0u) return E_INVALID_HANDLE;
+  __atomic_add_fetch(&g_stream_waits, 1, __ATOMIC_SEQ_CST);
   return OK;
 }
 
@@ -718,6 +731,9 @@ EXPORT uint64_t fake_cuda_live_bytes(void) {
   pthread_mutex_unlock(&g_mu);
   return n;
 }
+
+/* cuStreamWaitEvent calls so far (tlmrt_model_wait_stream's handovers). */
+EXPORT int fake_cuda_stream_waits(void) { return __atomic_load_n(&g_stream_waits, __ATOMIC_SEQ_CST); }
 
 EXPORT void fake_cuda_stats(int out[6]) {
   out[0] = g_launches;

@@ -215,6 +215,10 @@ class Library:
         self.has_arena_bytes = hasattr(lib, "tlmrt_model_arena_bytes")
         if self.has_arena_bytes:
             self._sig(lib, "tlmrt_model_arena_bytes", ctypes.c_uint64, [pm])
+        # API version 7 (ordering a CUDA model after a producer's stream, on the device); absent before it.
+        self.has_wait_stream = hasattr(lib, "tlmrt_model_wait_stream")
+        if self.has_wait_stream:
+            self._sig(lib, "tlmrt_model_wait_stream", c_status, [pm, ctypes.c_void_p])
         self.lib = lib
         self.version = (lib.tlmrt_version() or b"").decode(errors="replace")
 

@@ -5,14 +5,21 @@ capsule, telling the producer which stream will read it, and reads the device po
 and strides out of the DLManagedTensor (or DLManagedTensorVersioned). The capsule is not consumed:
 it stays the producer's, and it must stay alive (the view holds it) until the run has finished.
 
+A torch CUDA tensor is read through its own accessors instead (`torch_view`): torch's
+`__dlpack__(stream=...)` costs tens of microseconds a tensor (stream objects and an event each), so
+the model is ordered after torch's current stream once per run (tlmrt_model_wait_stream) instead.
+
 Outputs: `CudaArray` owns a device buffer allocated by the C runtime (tlmrt_dlpack_alloc_cuda),
 already wrapped in a DLManagedTensor whose C deleter frees it. `__dlpack__` hands that to one
-consumer (torch.from_dlpack(a)); an array never exported frees its buffer when collected.
+consumer (torch.from_dlpack(a)); an array never exported gives its buffer back when collected: to
+its model's `BufferPool`, for the next run's output of the same dtype and shape, else to the driver.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -114,7 +121,10 @@ class DeviceView:
     dtype: str  # numpy name, or "(code c, b bits, l lanes)" when numpy has none
     shape: tuple[int, ...]
     contiguous: bool
-    capsule: Any
+    capsule: Any  # what keeps the memory alive until the run ends: the capsule, tensor or CudaArray
+    # how the run is ordered after the producer's writes: "dlpack" (the producer ordered them before the
+    # stream it was given), "torch" (the run must wait for torch's current stream) or "ready" (none pending)
+    ordering: str = "dlpack"
 
 
 def dlpack_device(value: Any) -> tuple[int, int] | None:
@@ -136,7 +146,7 @@ def device_view(value: Any, stream: int | None) -> DeviceView:
     A CudaArray is read directly, not exported (it can be exported only once, and its data is ready)."""
     if isinstance(value, CudaArray):
         value._check_owned("feed")
-        return DeviceView(value.data_ptr, value.device_id, value.dtype.name, value.shape, True, value)
+        return DeviceView(value.data_ptr, value.device_id, value.dtype.name, value.shape, True, value, "ready")
     try:
         capsule = value.__dlpack__(stream=stream)
     except TypeError:
@@ -168,7 +178,73 @@ def device_view(value: Any, stream: int | None) -> DeviceView:
     return DeviceView((t.data or 0) + t.byte_offset, t.device.device_id, dtype, shape, contiguous, capsule)
 
 
+def torch_view(value: Any) -> DeviceView | None:
+    """A torch CUDA tensor's memory read through its accessors, with no capsule and no event; None for
+    anything else (a subclass, a CPU tensor, another framework: those go through DLPack). Not ordered:
+    the caller makes the model wait for torch's current stream (torch_stream) before the run."""
+    torch = sys.modules.get("torch")  # never imported here: a torch tensor means torch is loaded
+    if torch is None or type(value) is not torch.Tensor or not value.is_cuda:
+        return None
+    dtype = str(value.dtype).removeprefix("torch.")
+    return DeviceView(value.data_ptr(), value.get_device(), dtype, tuple(value.shape), value.is_contiguous(), value,
+                      "torch")
+
+
+def torch_stream(device_index: int) -> int:
+    """torch's current CUstream on that GPU (0: the legacy default stream), which its pending work is on."""
+    return int(sys.modules["torch"].cuda.current_stream(device_index).cuda_stream)
+
+
 # ---- our own device buffers -------------------------------------------------------------------------
+
+class BufferPool:
+    """Device buffers of a model's collected, never exported CudaArrays, kept for its next outputs of the
+    same dtype and shape: a run then needs no cuMemAlloc, and the dropped output no cuMemFree (which waits
+    for the whole device). Such a buffer was only ever read by runs and host copies, which finish before
+    they return, so reusing it cannot race. At most KEEP a shape; close() frees them."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._spare: dict[tuple[str, tuple[int, ...]], list[tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self, dtype: str, shape: tuple[int, ...]) -> tuple[int, int] | None:
+        """A kept (managed tensor, data pointer) of that dtype and shape, or None."""
+        with self._lock:
+            spare = self._spare.get((dtype, shape))
+            return spare.pop() if spare else None
+
+    def give(self, dtype: str, shape: tuple[int, ...], managed: int, ptr: int) -> None:
+        """Keeps a buffer for reuse, or frees it when the pool is full or closed."""
+        with self._lock:
+            spare = self._spare.setdefault((dtype, shape), [])
+            if not self._closed and len(spare) < self.KEEP:
+                spare.append((managed, ptr))
+                return
+        _call_deleter(managed)
+
+    def close(self) -> None:
+        """Frees every kept buffer; later gives free theirs at once."""
+        with self._lock:
+            self._closed = True
+            kept = [m for spare in self._spare.values() for m, _ in spare]
+            self._spare.clear()
+        for managed in kept:
+            _call_deleter(managed)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._spare.values())
+
+
+def _release(managed: int, ptr: int, dtype: str, shape: tuple[int, ...], pool: BufferPool | None) -> None:
+    if pool is not None:
+        pool.give(dtype, shape, managed, ptr)
+    else:
+        _call_deleter(managed)
+
 
 class CudaArray:
     """A tensor in CUDA device memory that the runtime allocated: a model output, or model.to_device(x).
@@ -178,13 +254,15 @@ class CudaArray:
     it to the host with numpy().
     """
 
-    def __init__(self, managed: int, ptr: int, shape: tuple[int, ...], dtype: str, device_id: int) -> None:
+    def __init__(self, managed: int, ptr: int, shape: tuple[int, ...], dtype: str, device_id: int,
+                 pool: BufferPool | None = None) -> None:
         self._managed: int | None = managed
         self.data_ptr = ptr
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.device_id = device_id
-        self._finalizer = weakref.finalize(self, _call_deleter, managed)
+        name = dtype if isinstance(dtype, str) else self.dtype.name
+        self._finalizer = weakref.finalize(self, _release, managed, ptr, name, self.shape, pool)
 
     @property
     def device(self) -> str:

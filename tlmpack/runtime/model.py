@@ -11,6 +11,7 @@ torch.from_dlpack takes without a copy.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import warnings
@@ -23,7 +24,16 @@ from typing import Any
 import numpy as np
 
 from tlmpack.runtime import _capi, _cuda
-from tlmpack.runtime.dlpack import KDL_CUDA, CudaArray, DeviceView, device_view, dlpack_device
+from tlmpack.runtime.dlpack import (
+    KDL_CUDA,
+    BufferPool,
+    CudaArray,
+    DeviceView,
+    device_view,
+    dlpack_device,
+    torch_stream,
+    torch_view,
+)
 from tlmpack.runtime.errors import (
     ArtifactError,
     IncompatibleTargetError,
@@ -46,13 +56,13 @@ class TensorSpec:
     dtype: str
     shape: tuple[Any, ...]
 
-    @property
-    def nbytes(self) -> int:
+    @functools.cached_property
+    def nbytes(self) -> int:  # cached: every run asks for every input's and output's
         if self.is_dynamic:
             raise TypeError(f"{self.name}: shape {self.shape} has a symbolic batch; use with_batch(n).nbytes")
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
-    @property
+    @functools.cached_property
     def is_dynamic(self) -> bool:
         return any(isinstance(d, str) for d in self.shape)
 
@@ -131,6 +141,8 @@ class Model:
         self._input_index = {s.name: i for i, s in enumerate(self.inputs)}
         self._output_index = {s.name: i for i, s in enumerate(self.outputs)}
         self._lock = threading.Lock()
+        self._pool = BufferPool()  # dropped CUDA outputs' buffers, for the next run's outputs
+        self._pool_finalizer = weakref.finalize(self, self._pool.close)
         # The C runtime opens a private copy of the bytes checked against the manifest, and verifies
         # them again itself (the weights only there, as it reads them).
         with private_copy(self.path, manifest, target) as private:
@@ -148,6 +160,8 @@ class Model:
         self._sized: dict[int, tuple] = {}  # batch → (inputs, outputs, input nbytes, output nbytes)
         self._in_nbytes, self._out_nbytes = self._for_batch(0)[2:]
         self._stream = (self._lib.lib.tlmrt_model_stream(self._handle) or None) if self.is_cuda else None
+        # torch inputs read without DLPack need the C runtime's stream handover (API version 7)
+        self._reads_torch = self.is_cuda and self._lib.has_wait_stream
 
     @property
     def device_name(self) -> str:
@@ -207,6 +221,7 @@ class Model:
             if self._handle is not None:
                 self._handle = None
                 self._finalizer()
+                self._pool_finalizer()
 
     def __enter__(self) -> Model:
         return self
@@ -274,10 +289,24 @@ class Model:
                 out_io[k] = _capi.IO(None, 0, _capi.DEVICE_CPU, 0)  # not asked for: stays in the arena
         with self._lock:
             self._check_open()
+            self._order_after_producers(views)
             status = self._lib.lib.tlmrt_model_run_io(self._handle, ins, out_io)
             self._raise_for(status)
-        del views  # the producers' capsules stay alive until here
+        del views  # the producers' capsules (or tensors) stay alive until here
         return [outs[i] for i in wanted]
+
+    def _order_after_producers(self, views: list[DeviceView | None]) -> None:
+        """Orders the run after the device inputs' producers, on the device (under the lock). A torch tensor
+        read without DLPack: after torch's current stream. A DLPack input ordered itself before the model's
+        stream; a dynamic-batch model's other plans, which have streams of their own, wait for that one."""
+        orderings = {v.ordering for v in views if v is not None}
+        waits = []
+        if "torch" in orderings:
+            waits.append(torch_stream(self.device_index))
+        if self.batch_plans and "dlpack" in orderings and self._lib.has_wait_stream:
+            waits.append(self._stream)
+        for stream in waits:
+            self._raise_for(self._lib.lib.tlmrt_model_wait_stream(self._handle, stream))
 
     def calibrate_batch_plans(self, runs: int = 5) -> dict[int, int]:
         """Measures each batch plan and has the C runtime cover other batches by those times instead of
@@ -349,6 +378,9 @@ class Model:
         return out
 
     def _new_cuda_array(self, spec: TensorSpec) -> CudaArray:
+        kept = self._pool.take(spec.dtype, spec.shape)
+        if kept is not None:
+            return CudaArray(kept[0], kept[1], spec.shape, spec.dtype, self.device_index, self._pool)
         code, bits = DTYPES[spec.dtype]
         shape = (ctypes.c_int64 * max(1, len(spec.shape)))(*spec.shape)
         managed, data = ctypes.c_void_p(), ctypes.c_void_p()
@@ -358,10 +390,30 @@ class Model:
             message = (self._lib.lib.tlmrt_open_error() or b"").decode(errors="replace")
             raise _capi.status_error(status if status != _capi.OK else _capi.ERR_OUT_OF_MEMORY, message,
                                      f"allocating {spec.dtype} {spec.shape} on {self.device}")
-        return CudaArray(managed.value, data.value or 0, spec.shape, spec.dtype, self.device_index)
+        return CudaArray(managed.value, data.value or 0, spec.shape, spec.dtype, self.device_index, self._pool)
 
     def _device_input(self, spec: TensorSpec, value: Any) -> DeviceView | None:
         """The CUDA memory of a feed value on this model's GPU, checked like a host array; None for host values."""
+        view = torch_view(value) if self._reads_torch else None
+        if view is None:
+            view = self._dlpack_input(spec, value)
+            if view is None:
+                return None
+        if view.device_id != self.device_index:
+            raise InputError(f"input {spec.name!r}: a tensor on cuda:{view.device_id}, but this model runs on "
+                             f"{self.device}; move it to {self.device} first")
+        if view.dtype != spec.dtype:
+            raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {view.dtype}")
+        if view.shape != spec.shape:
+            raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {view.shape}")
+        if not view.contiguous:
+            raise InputError(f"input {spec.name!r}: a non-contiguous CUDA tensor; pass a C-contiguous one "
+                             f"(e.g. tensor.contiguous())")
+        return view
+
+    def _dlpack_input(self, spec: TensorSpec, value: Any) -> DeviceView | None:
+        """A device feed value read through its DLPack capsule, ordered before the model's stream; None
+        for host values."""
         dev = dlpack_device(value)
         if dev is None or dev[0] != KDL_CUDA:
             return None
@@ -372,20 +424,9 @@ class Model:
             raise InputError(f"input {spec.name!r}: a tensor on cuda:{dev[1]}, but this model runs on {self.device}; "
                              f"move it to {self.device} first")
         try:
-            view = device_view(value, self._stream)
+            return device_view(value, self._stream)
         except (TypeError, ValueError, RuntimeError, BufferError) as e:
             raise InputError(f"input {spec.name!r}: cannot read the {type(value).__name__} through DLPack ({e})") from e
-        if view.dtype != spec.dtype:
-            raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {view.dtype}")
-        if view.shape != spec.shape:
-            raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {view.shape}")
-        if not view.contiguous:
-            raise InputError(f"input {spec.name!r}: a non-contiguous CUDA tensor; pass a C-contiguous one "
-                             f"(e.g. tensor.contiguous())")
-        if view.device_id != self.device_index:
-            raise InputError(f"input {spec.name!r}: its capsule is on cuda:{view.device_id}, but this model runs "
-                             f"on {self.device}")
-        return view
 
     def _check_open(self) -> None:
         if self._handle is None:
