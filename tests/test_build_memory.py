@@ -29,7 +29,8 @@ try:
     base = kib("VmRSS")
 except OSError:  # the peak cannot be reset: count from it (growth is then under-, never over-counted)
     base = kib("VmHWM")
-build(sys.argv[1], Path(sys.argv[2]), BuildOptions(scheduler="heuristic"))
+batches = tuple(int(b) for b in sys.argv[3].split(",")) if len(sys.argv) > 3 else ()
+build(sys.argv[1], Path(sys.argv[2]), BuildOptions(scheduler="heuristic", batches=batches))
 print("growth", (kib("VmHWM") - base) * 1024)
 """
 
@@ -49,3 +50,37 @@ def test_external_data_build_holds_the_weights_at_most_twice(tmp_path):
     assert growth <= 2 * weights + ALLOWANCE, (
         f"the build's peak grew by {growth / 2**20:.0f} MiB = {growth / weights:.2f}x the weights "
         f"({weights / 2**20:.0f} MiB); at most 2x + {ALLOWANCE >> 20} MiB")
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
+def test_dynamic_batch_build_imports_the_weights_once_for_all_plans(tmp_path):
+    """Two plans (--batch 1,4): one set of imported constants for both (onnx_external.shared_initializers),
+    the plans' blobs shared as each is made, the x86 pre-packing one plan at a time. It peaked at 4.27x
+    the weights before (each plan's import and blob of its own), 3.26x after."""
+    model = tmp_path / "big.onnx"
+    weights = onnx_cases.external_data_relu_mlp(model, rows=4096, columns=16384, batch="N")
+    result = subprocess.run([sys.executable, "-c", PROBE, str(model), str(tmp_path / "big.tar"), "1,4"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    growth = int(re.search(r"^growth (\d+)$", result.stdout, re.M).group(1))
+    assert growth <= 3 * weights + ALLOWANCE, (
+        f"the dynamic-batch build's peak grew by {growth / 2**20:.0f} MiB = {growth / weights:.2f}x the weights "
+        f"({weights / 2**20:.0f} MiB); at most 3x + {ALLOWANCE >> 20} MiB")
+
+
+def test_imports_inside_shared_initializers_read_each_weight_once(tmp_path, monkeypatch):
+    from tlmpack.frontend import load_model, onnx_external
+
+    model = tmp_path / "small.onnx"
+    onnx_cases.external_data_relu_mlp(model, rows=64, columns=32, batch="N")
+    reads = []
+    real = onnx_external.read_external
+    monkeypatch.setattr(onnx_external, "read_external", lambda t, base: reads.append(t.name) or real(t, base))
+    with onnx_external.shared_initializers():
+        for b in (1, 4):
+            load_model(str(model), {"x": (b, 64)})
+    assert sorted(reads) == ["w1", "w2"]
+    reads.clear()
+    for b in (1, 4):  # outside it, every import reads its own
+        load_model(str(model), {"x": (b, 64)})
+    assert sorted(reads) == ["w1", "w1", "w2", "w2"]

@@ -76,33 +76,50 @@ def merge_tasks(graphs: dict[int, Graph]) -> tuple[Graph, dict[int, Graph]]:
     return union, renamed
 
 
-def share_weights(graphs: dict[int, Graph]) -> tuple[bytes, dict[int, Graph]]:
-    """One weights blob for every plan: each distinct constant (by its bytes and dtype) once,
-    64-byte aligned, in the order the plans first use them; each plan's weight tensors point
-    into it. Returns the blob and the plans with their offsets rewritten."""
+def share_weights(graphs: dict[int, Graph]) -> tuple[bytes | memoryview, dict[int, Graph]]:
+    """One weights blob for every plan: each distinct constant (by its bytes and dtype) once, in the
+    order the plans first use them. The first plan's blob is the start of it, its offsets unchanged:
+    when the other plans add no constant of their own (a batch size changes no weight), it is the
+    shared blob itself, and nothing is copied; otherwise one blob is allocated and each new constant
+    copied into it once (64-byte aligned). Returns the blob and the plans with their offsets rewritten."""
+    from .graph import weights_buffer
+
+    order = sorted(graphs)
+    first = graphs[order[0]]
     offsets: dict[tuple[str, str], int] = {}
-    chunks: list[bytes] = []
-    size = 0
-    out: dict[int, Graph] = {}
-    for batch in sorted(graphs):
+    new: list[tuple[int, Graph, Tensor]] = []  # (offset in the shared blob, plan, constant) to copy
+    size = len(first.weights)
+    where: dict[int, dict[int, int]] = {}
+    for batch in order:
         graph = graphs[batch]
-        where: dict[int, int] = {}
+        view = memoryview(graph.weights)
+        where[batch] = {}
         for t in graph.tensors:
             if t.storage != "weights" or t.base != t.id:
                 continue
-            data = graph.weights[t.offset:t.offset + t.nbytes]
-            key = (t.dtype, hashlib.sha256(data).hexdigest())
+            key = (t.dtype, hashlib.sha256(view[t.offset:t.offset + t.nbytes]).hexdigest())
             if key not in offsets:
-                offset = _aligned(size)
-                chunks.append(b"\0" * (offset - size) + data)
-                offsets[key] = offset
-                size = offset + len(data)
-            where[t.id] = offsets[key]
-        tensors = [dataclasses.replace(t, offset=where[t.base] + (t.offset - graph.tensors[t.base].offset))
+                if graph is first:
+                    offsets[key] = t.offset
+                else:
+                    offsets[key] = _aligned(size)
+                    size = offsets[key] + t.nbytes
+                    new.append((offsets[key], graph, t))
+            where[batch][t.id] = t.offset if graph is first else offsets[key]
+    if new:
+        blob = weights_buffer(size)
+        blob[:len(first.weights)] = memoryview(first.weights).cast("B")
+        for offset, graph, t in new:
+            blob[offset:offset + t.nbytes] = memoryview(graph.weights).cast("B")[t.offset:t.offset + t.nbytes]
+    else:
+        blob = first.weights
+    out: dict[int, Graph] = {}
+    for batch in order:
+        graph, moved = graphs[batch], where[batch]
+        tensors = [dataclasses.replace(t, offset=moved[t.base] + (t.offset - graph.tensors[t.base].offset))
                    if t.storage == "weights" else t for t in graph.tensors]
-        out[batch] = dataclasses.replace(graph, tensors=tensors)  # weights: the blob, once complete
-    blob = b"".join(chunks)
-    return blob, {b: dataclasses.replace(g, weights=blob) for b, g in out.items()}
+        out[batch] = dataclasses.replace(graph, tensors=tensors, weights=blob)
+    return blob, out
 
 
 def plan_work(graph: Graph, flops: dict[str, int], factors: dict[str, float] | None = None,

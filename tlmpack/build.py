@@ -247,12 +247,14 @@ def _import(model: str, options: BuildOptions, say: Callable[[str], None]) -> Pl
         inputs, outputs = imported[0].inputs, imported[0].outputs
     else:
         from .frontend.batch import batch_input_shapes
+        from .frontend.onnx_external import shared_initializers
 
         shapes = batch_input_shapes(model, options.batches, options.input_shapes)
         imported = {}
-        for b in options.batches:
-            say(f"loading {model} for batch {b}")
-            imported[b] = load_model(model, shapes[b])
+        with shared_initializers():  # every plan's constants are the first import's tensors
+            for b in options.batches:
+                say(f"loading {model} for batch {b}")
+                imported[b] = load_model(model, shapes[b])
         inputs = _dynamic_specs({b: m.inputs for b, m in imported.items()}, "input")
         outputs = _dynamic_specs({b: m.outputs for b, m in imported.items()}, "output")
     first = imported[max(imported)]
@@ -299,10 +301,13 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
             plans.layout_ops[b] = bool(used.layout_ops and used.conv_layout is not None)
     plans.x86_layout = x86_layout
     if plans.batched:
+        from .batch_graph import share_weights
+
+        # the plans' constants in one blob from here on (each plan lowered its own copy)
         if plans.graphs:
-            plans.union, plans.graphs = merge_tasks(plans.graphs)
+            plans.union, plans.graphs = merge_tasks(share_weights(plans.graphs)[1])
         if plans.x86_graphs:
-            plans.x86_union, plans.x86_graphs = merge_tasks(plans.x86_graphs)
+            plans.x86_union, plans.x86_graphs = merge_tasks(share_weights(plans.x86_graphs)[1])
     else:
         plans.union = plans.graphs.get(0)
         plans.x86_union = plans.x86_graphs.get(0)
@@ -414,14 +419,15 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     plans.fallbacks += x86_kernels_with_fallback(scheduled, union, target, kernels_object, hardware.lanes(32), say)
     if scheduled.splits:
         say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
-    packed = {b: pack_graph(g, scheduled.splits, Packer().pack) for b, g in plans.x86_graphs.items()}
+    packed: dict[int, Any] = {}
+    for b in sorted(plans.x86_graphs):  # one plan's new blob at a time, shared with the ones before
+        packed[b] = pack_graph(plans.x86_graphs[b], scheduled.splits, Packer().pack)
+        if len(packed) > 1:
+            packed = share_weights(packed)[1]
     if cuda_weights is None and scheduled.splits:
         plans.release_plain_weights()
         union = plans.x86_union
-    if plans.batched:
-        weights, packed = share_weights(packed)
-    else:
-        weights = packed[0].weights
+    weights = packed[min(packed)].weights
     rendered = [render_plan(packed[b], plans.imported[b].inputs, plans.imported[b].outputs, plans.first.source.name,
                             __version__, target.features, plan_symbol("x86", b, plans.largest), common=b == plans.largest)
                 for b in sorted(packed, reverse=True)]

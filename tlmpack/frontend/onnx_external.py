@@ -12,6 +12,8 @@ protobuf, as onnx does; they are small.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,26 @@ import numpy as np
 from ..errors import ModelLoadError
 
 CHUNK = 64 << 20  # bytes per read: the kernel copies them into the tensor, no buffer in between
+
+# initializer name, element type, dims and where its bytes are -> the TVM tensor read for it
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tlmpack_shared_initializers", default=None)
+
+
+@contextlib.contextmanager
+def shared_initializers() -> Iterator[None]:
+    """Within it, imports of one ONNX file (a dynamic-batch build imports it once per batch size)
+    get the same TVM tensors for its initializers: the weights are held once, not once per plan.
+    Only for imports of the same file: initializers are matched by name, type, shape and location."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _initializer_key(tensor, base: Path) -> tuple:
+    where = tuple((e.key, e.value) for e in tensor.external_data) or (len(tensor.raw_data),)
+    return (str(base), tensor.name, tensor.data_type, tuple(tensor.dims), where)
 
 
 def _plain_dtypes() -> set[int]:
@@ -108,13 +130,23 @@ def import_onnx(model, shape_dict: dict, dtype_dict: dict, base: Path):
 
     from .onnx_ops import model_opset
 
+    shared = _SHARED.get()
+    initializers = {t.name for t in model.graph.initializer} if shared is not None else set()
+
     class Importer(ONNXGraphImporter):
         def _parse_array(self, tensor_proto):
             from onnx.external_data_helper import uses_external_data
 
+            key = _initializer_key(tensor_proto, base) if tensor_proto.name in initializers else None
+            if key is not None and key in shared:
+                return shared[key]
             if uses_external_data(tensor_proto):
-                return read_external(tensor_proto, base)
-            return super()._parse_array(tensor_proto)
+                value = read_external(tensor_proto, base)
+            else:
+                value = super()._parse_array(tensor_proto)
+            if key is not None:
+                shared[key] = value
+            return value
 
     if model.ir_version < 3:
         raise ValueError(f"Model IR version {model.ir_version} not supported. Must be at least after 1.1.0.")

@@ -84,9 +84,9 @@ def _external(name: str, shape: tuple[int, ...], location: str, offset: int, nby
     return tensor
 
 
-def external_data_relu_mlp(path, rows: int, columns: int) -> int:
-    """y = relu(x @ W1) @ W2, x [1, rows], W1 [rows, columns], W2 [columns, 8] (seeded normal / sqrt
-    fan-in), the weights in one external file next to the model (``path``'s stem + ``.weights``),
+def external_data_relu_mlp(path, rows: int, columns: int, batch: int | str = 1) -> int:
+    """y = relu(x @ W1) @ W2, x [batch, rows], W1 [rows, columns], W2 [columns, 8] (seeded normal / sqrt
+    fan-in; batch a dim_param name for a symbolic one), the weights in one external file next to the model (``path``'s stem + ``.weights``),
     written chunk by chunk, never through one protobuf message (which cannot hold 2 GiB): a large
     model's shape, as cheap to write as its bytes. Returns the weights' size in bytes."""
     import onnx
@@ -106,8 +106,8 @@ def external_data_relu_mlp(path, rows: int, columns: int) -> int:
             offset += nbytes
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=initializers)
+    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])], initializer=initializers)
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return offset
 
