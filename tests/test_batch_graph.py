@@ -53,3 +53,23 @@ def test_plans_share_constants_with_the_same_bytes_and_keep_different_ones_apart
     blob, plans = share_weights({1: _graph(1, same), 4: _graph(4, other)})
     assert len(blob) == 64 + 16 and plans[4].tensors[1].offset == 64
     assert blob[64:] == other and plans[1].weights == plans[4].weights == blob
+
+
+def test_plans_lowered_with_pending_weights_are_copied_once_into_the_shared_blob():
+    import dataclasses
+
+    from tlmpack.batch_graph import share_weights
+    from tlmpack.graph import PendingWeights
+
+    same = np.arange(4, dtype=np.float32)
+    other = np.ones(4, dtype=np.float32)
+
+    def pending(batch, *arrays):
+        g = _graph(batch, b"".join(a.tobytes() for a in arrays))
+        return dataclasses.replace(g, weights=PendingWeights(16, [(0, arrays[0])]))
+
+    blob, plans = share_weights({1: pending(1, same), 4: pending(4, same)})
+    assert bytes(blob) == same.tobytes() and plans[1].weights is plans[4].weights is blob
+    blob, plans = share_weights({1: pending(1, same), 4: pending(4, other)})
+    assert bytes(blob[:16]) == same.tobytes() and bytes(blob[64:80]) == other.tobytes()
+    assert plans[4].tensors[1].offset == 64

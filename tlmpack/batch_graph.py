@@ -81,8 +81,15 @@ def share_weights(graphs: dict[int, Graph]) -> tuple[bytes | memoryview, dict[in
     order the plans first use them. The first plan's blob is the start of it, its offsets unchanged:
     when the other plans add no constant of their own (a batch size changes no weight), it is the
     shared blob itself, and nothing is copied; otherwise one blob is allocated and each new constant
-    copied into it once (64-byte aligned). Returns the blob and the plans with their offsets rewritten."""
-    from .graph import weights_buffer
+    copied into it once (64-byte aligned); plans lowered with PendingWeights (graph.partition's
+    materialize=False) are copied from their modules straight into it. Returns the blob and the plans
+    with their offsets rewritten."""
+    from .graph import PendingWeights, weights_buffer
+
+    def constant(graph: Graph, t: Tensor) -> memoryview:
+        if isinstance(graph.weights, PendingWeights):
+            return graph.weights.view(t.offset, t.nbytes)
+        return memoryview(graph.weights).cast("B")[t.offset:t.offset + t.nbytes]
 
     order = sorted(graphs)
     first = graphs[order[0]]
@@ -92,12 +99,11 @@ def share_weights(graphs: dict[int, Graph]) -> tuple[bytes | memoryview, dict[in
     where: dict[int, dict[int, int]] = {}
     for batch in order:
         graph = graphs[batch]
-        view = memoryview(graph.weights)
         where[batch] = {}
         for t in graph.tensors:
             if t.storage != "weights" or t.base != t.id:
                 continue
-            key = (t.dtype, hashlib.sha256(view[t.offset:t.offset + t.nbytes]).hexdigest())
+            key = (t.dtype, hashlib.sha256(constant(graph, t)).hexdigest())
             if key not in offsets:
                 if graph is first:
                     offsets[key] = t.offset
@@ -106,11 +112,14 @@ def share_weights(graphs: dict[int, Graph]) -> tuple[bytes | memoryview, dict[in
                     size = offsets[key] + t.nbytes
                     new.append((offsets[key], graph, t))
             where[batch][t.id] = t.offset if graph is first else offsets[key]
-    if new:
+    if new or isinstance(first.weights, PendingWeights):
         blob = weights_buffer(size)
-        blob[:len(first.weights)] = memoryview(first.weights).cast("B")
+        if isinstance(first.weights, PendingWeights):
+            first.weights.write_into(blob)
+        else:
+            blob[:len(first.weights)] = memoryview(first.weights).cast("B")
         for offset, graph, t in new:
-            blob[offset:offset + t.nbytes] = memoryview(graph.weights).cast("B")[t.offset:t.offset + t.nbytes]
+            blob[offset:offset + t.nbytes] = constant(graph, t)
     else:
         blob = first.weights
     out: dict[int, Graph] = {}

@@ -288,14 +288,15 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         if cuda is not None or x86_layout is None:
             pad = pad_policy(options, options.targets if x86_layout is None else ("cuda",))
             plans.graphs[b], _, taken = lower_graph(mod, Lowering(None, options.fast_math, pad=pad),
-                                                    task_prefix=plans.task_prefix(b, False), say=say)
+                                                    task_prefix=plans.task_prefix(b, False), say=say,
+                                                    materialize=not plans.batched)
             plans.fallbacks += [f for f in taken if f not in plans.fallbacks]
         if x86_layout is not None:
             if not plans.batched:
                 say(f"lowering for x86 with {x86_layout} convolutions")
             plans.x86_graphs[b], used, taken = lower_graph(
                 mod, Lowering(x86_layout, options.fast_math, pad=pad_policy(options, ("x86",))),
-                task_prefix=plans.task_prefix(b, True), say=say)
+                task_prefix=plans.task_prefix(b, True), say=say, materialize=not plans.batched)
             plans.fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
             x86_layout = used.conv_layout
             plans.layout_ops[b] = bool(used.layout_ops and used.conv_layout is not None)
@@ -303,7 +304,7 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
     if plans.batched:
         from .batch_graph import share_weights
 
-        # the plans' constants in one blob from here on (each plan lowered its own copy)
+        # the plans' constants copied once, into one blob (each plan's are still views of its module)
         if plans.graphs:
             plans.union, plans.graphs = merge_tasks(share_weights(plans.graphs)[1])
         if plans.x86_graphs:
@@ -392,8 +393,8 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     """Schedules the x86 tasks once, builds them into one kernels object with LLVM, pre-packs the
     constants their kernels read tiled, renders each plan and links them with the kernels into
     x86/model.so, the largest first."""
-    from .batch_graph import plan_work, share_weights
-    from .emit.x86_weights import pack_graph
+    from .batch_graph import plan_work
+    from .emit.x86_weights import pack_graphs
     from .graph_fallbacks import x86_kernels_with_fallback
     from .lower.prepack import Packer
     from .lower.x86 import x86_target
@@ -419,11 +420,7 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     plans.fallbacks += x86_kernels_with_fallback(scheduled, union, target, kernels_object, hardware.lanes(32), say)
     if scheduled.splits:
         say(f"pre-packing the constants of {len(scheduled.splits)} tasks for their x86 kernels")
-    packed: dict[int, Any] = {}
-    for b in sorted(plans.x86_graphs):  # one plan's new blob at a time, shared with the ones before
-        packed[b] = pack_graph(plans.x86_graphs[b], scheduled.splits, Packer().pack)
-        if len(packed) > 1:
-            packed = share_weights(packed)[1]
+    packed = pack_graphs(plans.x86_graphs, scheduled.splits, Packer().pack)  # one blob for all plans
     if cuda_weights is None and scheduled.splits:
         plans.release_plain_weights()
         union = plans.x86_union

@@ -68,6 +68,33 @@ class Task:
         return {"id": self.id, "name": self.name, "structural_hash": self.structural_hash, "calls": self.calls}
 
 
+class PendingWeights:
+    """A graph's weights not yet copied into one blob: where each constant goes, and a view of its data
+    in the Relax module (which must stay alive until then). A dynamic-batch build lowers every plan
+    this way so that batch_graph.share_weights copies each constant once into the shared blob, not
+    first into a blob per plan."""
+
+    def __init__(self, size: int, chunks: list[tuple[int, np.ndarray]]) -> None:
+        self.size = size
+        self._chunks = dict(chunks)  # offset → contiguous array
+
+    def __len__(self) -> int:
+        return self.size
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """The bytes of the constant laid out at ``offset``."""
+        data = memoryview(self._chunks[offset].reshape(-1).view(np.uint8))
+        if len(data) != nbytes:
+            raise ValueError(f"constant at weights offset {offset}: {len(data)} bytes, its tensor says {nbytes}")
+        return data
+
+    def write_into(self, blob) -> None:
+        """Copies every constant to its offset in ``blob`` (at least ``size`` bytes)."""
+        out = np.frombuffer(blob, np.uint8)
+        for offset, array in self._chunks.items():
+            out[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
+
+
 @dataclass
 class Graph:
     tensors: list[Tensor]
@@ -75,7 +102,7 @@ class Graph:
     tasks: list[Task]
     inputs: list[int]
     outputs: list[int]
-    weights: bytes | memoryview = b""  # partition's: a memoryview of weights_buffer (aligned, not copied)
+    weights: bytes | memoryview | PendingWeights = b""  # partition's: a memoryview of weights_buffer (aligned)
     arena_bytes: int = 0
     task_funcs: dict[str, Any] = field(default_factory=dict, repr=False)  # task id → tvm PrimFunc
     padded_matmuls: int = 0  # matmuls computed over padded extents (relax_rewrites.py); last: callers pass the rest by position
@@ -310,9 +337,10 @@ def _flatten(value) -> list[int]:
     return [value]
 
 
-def partition(mod, task_prefix: str = "k") -> Graph:
+def partition(mod, task_prefix: str = "k", materialize: bool = True) -> Graph:
     """Turns fused Relax ``main`` into a Graph (plain data) plus the TIR of each task. Task ids are
-    ``<task_prefix><n>_<name>``: a second graph of the same model (another layout) uses another prefix."""
+    ``<task_prefix><n>_<name>``: a second graph of the same model (another layout) uses another prefix.
+    ``materialize=False`` leaves the weights as PendingWeights (views into ``mod``'s constants)."""
     from tvm import relax
 
     main = mod["main"]
@@ -336,10 +364,12 @@ def partition(mod, task_prefix: str = "k") -> Graph:
         if b.tensors[tid].storage != "arena":
             raise LoweringError(f"output {b.tensors[tid].name} is a constant of the model; tlmpack needs outputs computed from inputs")
 
-    weights = weights_buffer(b.weights_size)
-    blob = np.frombuffer(weights, np.uint8)
-    for offset, array in b.weight_chunks:
-        blob[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
+    pending = PendingWeights(b.weights_size, b.weight_chunks)
+    if materialize:
+        weights: memoryview | PendingWeights = weights_buffer(b.weights_size)
+        pending.write_into(weights)
+    else:
+        weights = pending
     counts: dict[str, int] = {}
     for c in b.calls:
         counts[c.task] = counts.get(c.task, 0) + 1

@@ -73,10 +73,11 @@ _OPTIONAL = (
 
 
 def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
-                say: Callable[[str], None] = lambda s: None):
+                say: Callable[[str], None] = lambda s: None, materialize: bool = True):
     """Fused TIR + partition of ``mod`` with as many of ``wanted``'s optional transformations as
     TVM gets through. Returns (graph, the Lowering used, fallbacks). A failure with none left is
-    the model's: a LoweringError (an UnsupportedOperatorError from partition passes through)."""
+    the model's: a LoweringError (an UnsupportedOperatorError from partition passes through).
+    ``materialize``: as graph.partition's."""
     from .graph import fuse_to_tir, partition
     from .relax_rewrites import pad_awkward_extents
 
@@ -90,7 +91,7 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
                                           fold_constants=current.fold_constants, pad_policy=None,
                                           layout_ops=current.layout_ops),
-                              task_prefix=task_prefix)
+                              task_prefix=task_prefix, materialize=materialize)
             graph.padded_matmuls = count
             if count:
                 say(f"{count} matmuls over awkward extents computed padded (rows to multiples of "

@@ -24,10 +24,67 @@ def pack_graph(graph: Graph, splits: dict, pack: Callable[..., np.ndarray]) -> G
     lower.prepack.SplitKernel; ``pack(split, weight, out)`` runs the split's prepack function on
     ``weight`` (a view of ``graph.weights``) into ``out`` (a view of the new blob): nothing but the
     two blobs is held, whatever the weights' size."""
+    return pack_graphs({0: graph}, splits, pack)[0]
+
+
+def pack_graphs(graphs: dict[int, Graph], splits: dict, pack: Callable[..., np.ndarray]) -> dict[int, Graph]:
+    """pack_graph for the plans of a dynamic batch, over one new blob. The plans share one weights
+    blob (batch_graph.share_weights), so a constant is known by its offset there: one that several
+    plans read, plain or packed the same way (the same packing function into the same shape), is laid
+    out and packed once, not once per plan. Nothing but the plain blob and the new one is held."""
     if not splits:
-        return graph
+        return graphs
+    plain = next(iter(graphs.values())).weights
+    if any(g.weights is not plain for g in graphs.values()):
+        raise ValueError("pack_graphs: the plans must share one weights blob (batch_graph.share_weights)")
+    slots: dict[tuple, int] = {}  # (plain offset, packing or None) → offset in the new blob
+    fills: list[tuple[int, Tensor, object, Tensor]] = []  # (new offset, tensor, split or None, its source)
+    size = 0
+    laid_out = {}
+    for b in sorted(graphs):
+        graph = graphs[b]
+        tensors, calls, packed_from = _packed_calls(graph, splits)
+        keep = _kept(graph, tensors, calls)
+        offsets: dict[int, int] = {}
+        for t in keep:
+            if t.storage == "weights" and t.base == t.id:
+                split, source = packed_from.get(t.id, (None, t))
+                key = (source.offset, _packing(split))
+                if key not in slots:
+                    slots[key] = _aligned(size)
+                    size = slots[key] + t.nbytes
+                    fills.append((slots[key], t, split, source))
+                offsets[t.id] = slots[key]
+        laid_out[b] = (graph, keep, calls, offsets)
+    blob = weights_buffer(size)
+    old = memoryview(plain).cast("B")
+    for offset, t, split, source in fills:
+        if split is None:
+            blob[offset:offset + t.nbytes] = old[source.offset:source.offset + source.nbytes]
+            continue
+        weight = np.frombuffer(plain, dtype=source.dtype, count=int(np.prod(source.shape, dtype=np.int64)),
+                               offset=source.offset).reshape(source.shape)
+        pack(split, weight, np.frombuffer(blob, dtype=t.dtype, count=int(np.prod(t.shape, dtype=np.int64)),
+                                          offset=offset).reshape(t.shape))
+    return {b: _renumbered(graph, keep, calls, offsets, blob) for b, (graph, keep, calls, offsets) in laid_out.items()}
+
+
+def _packing(split) -> tuple | None:
+    """What makes two packed copies of one constant the same bytes: the packing function (its body, not
+    its name) and the packed shape; None for a constant read plain."""
+    if split is None:
+        return None
+    import tvm_ffi
+
+    func = split.prepack.without_attr("global_symbol") if split.prepack.attrs else split.prepack
+    return (tvm_ffi.structural_hash(func), tuple(split.packed_shape), split.dtype)
+
+
+def _packed_calls(graph: Graph, splits: dict) -> tuple[list[Tensor], list[KernelCall], dict[int, tuple]]:
+    """The graph's tensors with a packed copy of each constant a packed task reads (one per constant
+    and task), the calls rewired to them, and packed tensor id → (split, the constant it packs)."""
     tensors = list(graph.tensors)
-    packed_from: dict[int, tuple[object, Tensor]] = {}  # packed tensor id → (split, the constant it packs)
+    packed_from: dict[int, tuple[object, Tensor]] = {}
     packed_of: dict[tuple[int, str], int] = {}
     calls = []
     for call in graph.calls:
@@ -45,40 +102,19 @@ def pack_graph(graph: Graph, splits: dict, pack: Callable[..., np.ndarray]) -> G
             packed_of[key] = tid
         args[split.param] = packed_of[key]
         calls.append(KernelCall(call.task, tuple(args), call.num_outputs))
-
-    def fill(tid: int, out: np.ndarray) -> None:
-        split, source = packed_from[tid]
-        weight = np.frombuffer(graph.weights, dtype=source.dtype, count=int(np.prod(source.shape, dtype=np.int64)),
-                               offset=source.offset).reshape(source.shape)
-        pack(split, weight, out)
-
-    return _compact(graph, tensors, calls, set(packed_from), fill)
+    return tensors, calls, packed_from
 
 
-def _compact(graph: Graph, tensors: list[Tensor], calls: list[KernelCall], packed: set[int],
-             fill: Callable[[int, np.ndarray], None]) -> Graph:
-    """Drops the constants no call reads any more, renumbers tensors, lays out the new blob:
-    the kept constants copied from the old one, the ``packed`` ones written in place by ``fill``."""
+def _kept(graph: Graph, tensors: list[Tensor], calls: list[KernelCall]) -> list[Tensor]:
+    """The tensors a plan still needs: the arena's, and the constants some call (or the plan's edges) reads."""
     used = {t for c in calls for t in c.args} | set(graph.inputs) | set(graph.outputs)
     used |= {tensors[t].base for t in used}
-    keep = [t for t in tensors if t.storage == "arena" or t.id in used]
+    return [t for t in tensors if t.storage == "arena" or t.id in used]
+
+
+def _renumbered(graph: Graph, keep: list[Tensor], calls: list[KernelCall], offsets: dict[int, int],
+                blob) -> Graph:
     new_id = {t.id: i for i, t in enumerate(keep)}
-    offsets: dict[int, int] = {}
-    size = 0
-    for t in keep:
-        if t.storage == "weights" and t.base == t.id:
-            offsets[t.id] = _aligned(size)
-            size = offsets[t.id] + t.nbytes
-    blob = weights_buffer(size)
-    old = memoryview(graph.weights)
-    for t in keep:
-        if t.id not in offsets:
-            continue
-        if t.id in packed:
-            fill(t.id, np.frombuffer(blob, dtype=t.dtype, count=int(np.prod(t.shape, dtype=np.int64)),
-                                     offset=offsets[t.id]).reshape(t.shape))
-        else:
-            blob[offsets[t.id]:offsets[t.id] + t.nbytes] = old[t.offset:t.offset + t.nbytes]
     renumbered = [
         dataclasses.replace(t, id=new_id[t.id], base=new_id[t.base],
                             offset=offsets[t.base] if t.storage == "weights" else t.offset)
