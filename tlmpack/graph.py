@@ -155,6 +155,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     from tvm import relax
 
     from .fast_sigmoid import sigmoid_through_exp_pass
+    from .small_powers import small_powers_pass
 
     if pad_policy is not None:
         mod, _ = pad_awkward_extents(mod, pad_policy)
@@ -165,6 +166,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         mod = rewrites.before_conversion(mod)  # a failure here is a LayoutRewriteError: its own fallback
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     passes = tvm.ir.transform.Sequential([
+        small_powers_pass(),  # x ** 3 as x * x * x: a scalar powf per element otherwise
         *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first
           if fast_math else []),
         relax.transform.LegalizeOps(customize_legalize_map=keep),
