@@ -30,13 +30,16 @@ def _whole_exponent(expr) -> int | None:
 
 
 def small_powers_as_products(mod):
-    """``mod`` with every float ``R.power(x, c)``, c a one-element constant of 2, 3 or 4 whose shape
-    does not broadcast x to a larger one, written as products of x."""
+    """``mod`` with every float ``R.power(x, c)`` of its ``main``, c a one-element constant of 2, 3 or 4
+    whose shape does not broadcast x to a larger one, written as products of x."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    from .relax_rewrites import with_main
+
     power = tvm.ir.Op.get("relax.power")
+    rewritten = [0]
 
     @mutator
     class _Rewrite(PyExprMutator):
@@ -50,6 +53,7 @@ def small_powers_as_products(mod):
             if (exponent is None or not isinstance(x_type, relax.TensorType) or x_type.ndim < 0
                     or not str(x_type.dtype).startswith("float") or len(c.value.shape) > x_type.ndim):
                 return call
+            rewritten[0] += 1
             square = self.builder_.emit(relax.op.multiply(x, x))
             if exponent == 2:
                 return square
@@ -57,14 +61,8 @@ def small_powers_as_products(mod):
                 return relax.op.multiply(square, x)
             return relax.op.multiply(square, square)
 
-    functions = dict(mod.functions.items())
-    changed = False
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            new = _Rewrite().visit_expr(func)
-            changed = changed or not new.same_as(func)
-            functions[gvar] = new
-    return tvm.IRModule(functions, attrs=mod.attrs) if changed else mod
+    main = _Rewrite().visit_expr(mod["main"])
+    return with_main(mod, main) if rewritten[0] else mod  # the mutator rebuilds main even when nothing changed
 
 
 def small_powers_pass():
