@@ -184,9 +184,29 @@ class Plans:
     def release_modules(self) -> None:
         """The graphs' weight blobs hold the constants once lowered; the Relax modules' copies go (the
         lowering fallbacks retried from them, nothing after needs them: a 2 GiB model was held twice)."""
-        for imported in self.imported.values():
-            imported.mod = None
+        for b in self.imported:
+            self.release_module(b)
+
+    def release_module(self, b: int) -> None:
+        """Plan b's imported Relax module, once its graphs are lowered."""
+        self.imported[b].mod = None
         gc.collect()  # TVMScript's parser keeps the stack's frames in cycles (inspect.stack()): they hold graphs
+
+    def materialize_weights(self) -> None:
+        """Copies each graph's pending weights (views of its lowered module) into a blob of its own."""
+        from .graph import PendingWeights, weights_buffer
+
+        done: dict[int, Any] = {}
+        for graphs in (self.graphs, self.x86_graphs):
+            for b, g in graphs.items():
+                if id(g) not in done:
+                    if isinstance(g.weights, PendingWeights):
+                        blob = weights_buffer(len(g.weights))
+                        g.weights.write_into(blob)
+                        g = dataclasses.replace(g, weights=blob)
+                    done[id(graphs[b])] = g
+                graphs[b] = done[id(graphs[b])]
+        gc.collect()
 
     def release_plain_weights(self) -> None:
         """An x86-only build's unpacked constants, once pre-packing has copied them: let them go."""
@@ -289,18 +309,25 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
             pad = pad_policy(options, options.targets if x86_layout is None else ("cuda",))
             plans.graphs[b], _, taken = lower_graph(mod, Lowering(None, options.fast_math, pad=pad),
                                                     task_prefix=plans.task_prefix(b, False), say=say,
-                                                    materialize=not plans.batched)
+                                                    materialize=False)
             plans.fallbacks += [f for f in taken if f not in plans.fallbacks]
         if x86_layout is not None:
             if not plans.batched:
                 say(f"lowering for x86 with {x86_layout} convolutions")
             plans.x86_graphs[b], used, taken = lower_graph(
                 mod, Lowering(x86_layout, options.fast_math, pad=pad_policy(options, ("x86",))),
-                task_prefix=plans.task_prefix(b, True), say=say, materialize=not plans.batched)
+                task_prefix=plans.task_prefix(b, True), say=say, materialize=False)
             plans.fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
             x86_layout = used.conv_layout
             plans.layout_ops[b] = bool(used.layout_ops and used.conv_layout is not None)
+        # The graphs' weights are still views of the lowered modules' constants (graph.PendingWeights):
+        # the imported module goes first, so a constant TVM rewrote (a transposed Gemm weight, a
+        # channels-last kernel) is not held three times (imported, rewritten, blob) but twice.
+        del mod
+        plans.release_module(b)
     plans.x86_layout = x86_layout
+    if not plans.batched:
+        plans.materialize_weights()
     if plans.batched:
         from .batch_graph import share_weights
 

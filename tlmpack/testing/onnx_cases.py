@@ -84,9 +84,11 @@ def _external(name: str, shape: tuple[int, ...], location: str, offset: int, nby
     return tensor
 
 
-def external_data_relu_mlp(path, rows: int, columns: int, batch: int | str = 1) -> int:
+def external_data_relu_mlp(path, rows: int, columns: int, batch: int | str = 1, transposed: bool = False) -> int:
     """y = relu(x @ W1) @ W2, x [batch, rows], W1 [rows, columns], W2 [columns, 8] (seeded normal / sqrt
-    fan-in; batch a dim_param name for a symbolic one), the weights in one external file next to the model (``path``'s stem + ``.weights``),
+    fan-in; batch a dim_param name for a symbolic one; ``transposed``: W1 stored [columns, rows] and
+    read by a ``Gemm(transB=1)``, as exporters write linear layers, which TVM transposes at build
+    time), the weights in one external file next to the model (``path``'s stem + ``.weights``),
     written chunk by chunk, never through one protobuf message (which cannot hold 2 GiB): a large
     model's shape, as cheap to write as its bytes. Returns the weights' size in bytes."""
     import onnx
@@ -97,14 +99,17 @@ def external_data_relu_mlp(path, rows: int, columns: int, batch: int | str = 1) 
     location = f"{path.stem}.weights"
     initializers, offset = [], 0
     with open(path.parent / location, "wb") as f:
-        for name, shape, scale in (("w1", (rows, columns), rows), ("w2", (columns, 8), columns)):
+        for name, shape, scale in (("w1", (columns, rows) if transposed else (rows, columns), rows),
+                                   ("w2", (columns, 8), columns)):
             for start in range(0, shape[0], 1024):  # never a whole weight in memory
                 chunk = rng.standard_normal((min(1024, shape[0] - start), shape[1]), dtype=np.float32)
                 f.write((chunk / np.float32(np.sqrt(scale))).tobytes())
             nbytes = shape[0] * shape[1] * 4
             initializers.append(_external(name, shape, location, offset, nbytes))
             offset += nbytes
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+    first = (helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1) if transposed
+             else helper.make_node("MatMul", ["x", "w1"], ["h"]))
+    nodes = [first, helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("MatMul", ["r", "w2"], ["y"])]
     graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, rows])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])], initializer=initializers)
