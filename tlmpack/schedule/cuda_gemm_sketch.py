@@ -191,6 +191,8 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
             vector = sch.sample_categorical(FETCH_VECTOR_LENS, [1 / len(FETCH_VECTOR_LENS)] * len(FETCH_VECTOR_LENS))
             sch.annotate(shared, "meta_schedule.cooperative_fetch", vector)
         local = sch.cache_write(block, 0, "local")
+        if conv is not None:  # the accumulators by the fused (h, w): a constant index a register
+            _merge_rows_of_write(sch, block, len(conv) - n_axis)
         sch.reverse_compute_at(local, threads, preserve_unit_loops=True)
         if final is not None:  # the partial sums' reduction: one thread per output
             ks_sum, *outputs = sch.get_loops(final)  # the K part stayed outermost
@@ -229,6 +231,26 @@ def _inline_around(sch, main: str, keep: str | None = None) -> bool:
         if b.name_hint != keep:
             sch.compute_inline(rv)
     return True
+
+
+def _merge_rows_of_write(sch, block, rows: int) -> None:
+    """The block's written (local) buffer [..., h, w] as [..., h * w]: the N tile's accumulators
+    then sit at constant offsets of one fused index (with h and w apart, the region a thread
+    writes has data-dependent bounds and the accumulators go to local memory)."""
+    from tvm import tirx
+
+    written = sch.get(block).writes[0].source.shape
+    shape = [int(x) for x in written]
+    lead, tail = len(shape) - rows, shape[-rows:]
+
+    def merged(*idx):
+        flat = idx[lead]
+        for i, extent in enumerate(tail[1:], start=lead + 1):
+            flat = flat * extent + idx[i]
+        return (*idx[:lead], flat)
+
+    index_map = tirx.IndexMap.from_func(merged, ndim=len(shape), index_dtype=str(written[0].ty))
+    sch.transform_layout(block, ("write", 0), index_map)
 
 
 def _producer_of(sch, block, buffer_name: str) -> str | None:
