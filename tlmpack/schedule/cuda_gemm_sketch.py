@@ -22,13 +22,16 @@ one output loop (A ignores N, B ignores M; other loops batch) get them; injectiv
 inlined into the GEMM and injective consumers into its write-back.
 
 Convolutions (NCHW: ``out[n, co, h, w] += X[n, ci, h*s + kh, w*s + kw] * W[co, ci, kh, kw]``, the
-padded input ``pad_temp`` as X) get them as implicit GEMMs: M = the one loop X ignores (co), N = the
-loops W ignores (n, h, w) fused in order, K = the reduction loops (ci, kh, kw) fused. W is A and X is
-B, so a warp spans N (h, w: the output's contiguous loops) and reads W's tile by broadcast. The
-padding block is not inlined into the GEMM: X's shared tile is cached from ``pad_temp`` and the
-padding is then inlined into that copy (the staged region is a box of pad_temp: the halo is fetched
-once a tile). The staged tiles are padded on their outermost axis (a 4-D tile's row is not a GEMM
-row). Sites and their order are the GEMM's, so the cuda-gemm rule decides both.
+padded input ``pad_temp`` as X) get them as implicit GEMMs (conv_loops): M = the one loop X ignores
+(co), N = h and w fused, K = the reduction loops (ci, kh, kw) fused, n a batch loop of the grid. W
+is A and X is B, so a warp spans N (the output's contiguous loops) and reads W's tile by broadcast.
+The padding block is not inlined into the GEMM: X's shared tile is cached from ``pad_temp`` and the
+padding is then inlined into that copy (the staged region is a box of pad_temp: a 3x3 window's halo
+is fetched once a tile). The accumulators' local buffer is re-laid out by the fused (h, w), so a
+thread's register tile has constant indices. The staged tiles are padded on their outermost axis
+(a 4-D tile's row is not a GEMM row). Sites and their order are the GEMM's, so the cuda-gemm rule
+decides both; which tile shapes keep the staged box constant is the rule's business
+(heuristics/cuda_gemm.py: whole rows or images, whole windows a K step).
 """
 
 from __future__ import annotations
@@ -119,6 +122,12 @@ def gemm_axes(func) -> tuple[str, int, int, dict[str, str], tuple[int, ...] | No
             return None
         return task.block, m_axis, n_axis, {"A": a_name, "B": b_name}, order
     return task.block, m_axis, n_axis, {"A": a_name, "B": b_name}, None
+
+
+def is_conv(func) -> bool:
+    """Whether the sketches take ``func`` as a convolution's implicit GEMM."""
+    axes = gemm_axes(func)
+    return axes is not None and axes[4] is not None
 
 
 def gemm_sketches(mod, func, async_copy: bool = True) -> list[Any]:

@@ -14,6 +14,14 @@ warps to hide latency charged as in cuda-matmul, plus, for a split, the partial 
 and a second launch. Occupancy comes from threads, registers (TM*TN accumulators + TM + TN + 40)
 and shared memory (two stages of both tiles, rows padded by 4 words). The fetch vector is the
 widest of 4, 2, 1 that divides a tile row and the tile over the threads; unroll 512.
+
+Convolutions (the sketches' implicit GEMM: M = co, N = h*w, K = ci*kh*kw, batch n) are scored the
+same way with their own menus: N tiles of 7s as well as powers of two (ResNet's 56/28/14/7-wide
+images) that lie in whole rows or images or divide a row (so the staged box of the input has a
+constant size), K steps of whole windows (9, 18, 36 for a 3x3), 224-thread blocks where a GEMM
+has 256, scalar fetches of the input box and of a windowed weight (a 1x1's weight rows take the
+GEMM's vector). A point the space refuses (a strided 1x1 whose box is twice the tile the model
+counts, over the shared-memory limit) goes back to cuda-matmul.
 """
 
 from __future__ import annotations
