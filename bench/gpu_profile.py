@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,10 +31,14 @@ from tlmpack.runtime import bench as rb  # noqa: E402
 MODELS = ["resnet50", "mobilenetv2", "efficientnet-b0"]
 
 
-def profile_row(name: str, variant: str, folder: Path, runs: int) -> dict:
+def profile_row(name: str, variant: str, folder: Path, runs: int, kernels: bool = False) -> dict:
     result = rb.bench(folder, device="cuda", runs=runs, warmup=10, profile=True)
     p = result.profile
-    return {"model": name, "variant": variant, "device": result.device_name,
+    extra = {}
+    if kernels:
+        print(rb.format_report(result, top=40), flush=True)
+        extra = {"kernels": [asdict(k) for k in p.kernels]}
+    return extra | {"model": name, "variant": variant, "device": result.device_name,
             "median_ms": result.latency_ms["median"], "min_ms": result.latency_ms["min"],
             "profiled_run_us": p.run_us, "kernel_us": p.kernel_us, "outside_us": p.outside_us,
             "io_copy_us": p.io_copy_us, "launches": p.kernel_calls_per_run,
@@ -63,6 +68,7 @@ def main() -> int:
     ap.add_argument("--models", nargs="*", default=MODELS)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--kernels", action="store_true", help="also print and keep the per-kernel table")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -70,7 +76,7 @@ def main() -> int:
             for variant in args.variants:
                 try:
                     folder = unpack(args.dir, name, variant, args.variants[0], Path(scratch))
-                    rows.append(profile_row(name, variant, folder, args.runs))
+                    rows.append(profile_row(name, variant, folder, args.runs, args.kernels))
                 except Exception as e:  # one model's failure must not hide the others' rows
                     rows.append({"model": name, "variant": variant, "error": f"{type(e).__name__}: {e}"})
                 print(json.dumps(rows[-1]), flush=True)

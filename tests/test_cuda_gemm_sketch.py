@@ -6,6 +6,7 @@ every built GEMM against fp64 there."""
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 
 import pytest
@@ -28,6 +29,21 @@ def _matmul(m: int, k: int, n: int, bias: bool = False, batch: int = 0):
     bb = te.placeholder((n,), name="bias")
     d = te.compute((*lead, m, n), lambda *ij: te.max(c[ij] + bb[ij[-1]], 0.0), name="D")
     return te.create_prim_func([a, b, bb, d])
+
+
+def _conv(n: int, ci: int, co: int, hw: int, k: int, stride: int = 1, epilogue: bool = False):
+    """An NCHW convolution as Relax legalizes it (topi: a pad_temp block, then the reduction),
+    optionally with a bias and ReLU epilogue (a folded batch norm)."""
+    from tvm import te, topi
+
+    x = te.placeholder((n, ci, hw * stride, hw * stride), name="X")
+    w = te.placeholder((co, ci, k, k), name="W")
+    c = topi.nn.conv2d_nchw(x, w, stride, k // 2, 1)
+    if not epilogue:
+        return te.create_prim_func([x, w, c])
+    b = te.placeholder((1, co, 1, 1), name="bias")
+    d = te.compute(c.shape, lambda i, j, y, z: te.max(c[i, j, y, z] + b[0, j, 0, 0], 0.0), name="D")
+    return te.create_prim_func([x, w, b, d])
 
 
 @pytest.fixture(scope="module")
@@ -73,15 +89,14 @@ def test_gemm_sketches_come_after_metaschedules_and_leave_their_indexes_alone(tv
         assert space.sites(i) == before.sites(i)
 
 
-def test_only_gemms_get_the_sketches(tvm_target):
-    from tvm import te
+def test_only_gemms_and_convolutions_get_the_sketches(tvm_target):
+    from tvm import te, topi
 
     x = te.placeholder((1, 8, 16, 16), name="X")
-    w = te.placeholder((8, 8, 3, 3), name="W")
-    rc, ry, rx = te.reduce_axis((0, 8)), te.reduce_axis((0, 3)), te.reduce_axis((0, 3))
-    conv = te.compute((1, 8, 14, 14), lambda n, f, y, z: te.sum(x[n, rc, y + ry, z + rx] * w[f, rc, ry, rx],
-                                                                axis=[rc, ry, rx]), name="conv")
-    assert _ours(_space(te.create_prim_func([x, w, conv]), tvm_target)) == []
+    w = te.placeholder((8, 1, 3, 3), name="W")
+    depthwise = topi.nn.depthwise_conv2d_nchw(x, w, 1, 1, 1)  # channels are batch loops: no GEMM
+    assert _ours(_space(te.create_prim_func([x, w, depthwise]), tvm_target)) == []
+    assert len(_ours(_space(_conv(1, 8, 8, 14, 3), tvm_target))) == 2
     assert len(_ours(_space(_matmul(64, 256, 128, batch=4), tvm_target))) == 2
     assert len(_ours(_space(_matmul(128, 768, 768, bias=True), tvm_target))) == 2
 
@@ -218,3 +233,96 @@ def test_gemms_with_many_outputs_get_256_thread_blocks(shape, threads, tvm_targe
         assert m * n < MANY_OUTPUTS and chosen["ty"] * chosen["tx"] >= 64
     else:
         assert chosen["ty"] * chosen["tx"] == threads
+
+
+def test_a_convolution_is_an_implicit_gemm_of_weight_by_padded_input():
+    from tlmpack.schedule.cuda_gemm_sketch import conv_loops, gemm_axes, gemm_loops
+    from tlmpack.schedule.heuristics.classify import classify
+    from tlmpack.schedule.heuristics.cuda_gemm import gemm_extents
+
+    func = _conv(1, 256, 512, 7, 3)
+    task = classify(func)
+    assert gemm_loops(task) is None
+    # M = co; batch n; N = (h, w); A = W, B = pad_temp
+    assert conv_loops(task) == (1, (0,), (2, 3), "W", "pad_temp")
+    assert gemm_extents(task) == (512, 49, 256 * 9, 1)
+    assert gemm_axes(func)[1:] == (1, 2, {"A": "W", "B": "pad_temp"}, (0, 1, 2, 3))
+    assert gemm_extents(classify(_conv(16, 64, 256, 56, 1))) == (256, 56 * 56, 64, 16)
+
+
+def test_conv_block_tiles_lie_in_whole_rows_or_images_and_k_steps_in_whole_windows():
+    from tlmpack.schedule.heuristics.cuda_gemm import _conv_bk, _conv_tile_ok
+
+    assert _conv_tile_ok(112, (56, 56)) and _conv_tile_ok(8, (56, 56)) and _conv_tile_ok(196, (14, 14))
+    assert not _conv_tile_ok(64, (56, 56))  # rows of 56 split 64 by 64: the staged box is not constant
+    assert _conv_tile_ok(49, (7, 7)) and not _conv_tile_ok(56, (7, 7))
+    assert all(bk % 9 == 0 for bk in _conv_bk(9)) and 36 in _conv_bk(9)
+    assert _conv_bk(1) == (32, 16, 8, 4)
+
+
+@pytest.mark.parametrize("n,ci,co,hw,k,split", [(1, 256, 256, 14, 3, True), (1, 512, 512, 7, 3, True),
+                                                (1, 2048, 512, 7, 1, True), (16, 64, 256, 56, 1, False),
+                                                (16, 256, 256, 14, 3, True)])
+def test_rules_pick_the_gemm_sketches_for_resnet_convolutions(n, ci, co, hw, k, split, tvm_target):
+    from tlmpack.schedule.hardware import cuda_hardware
+    from tlmpack.schedule.select import schedule_with_rules
+    from tlmpack.schedule.space import fixed_decider, legal_values
+
+    hardware = cuda_hardware("sm_90")
+    func = _conv(n, ci, co, hw, k, epilogue=True)
+    choice = schedule_with_rules(func, tvm_target, "cuda", hardware)
+    space = _space(func, tvm_target)
+    assert choice.rule == "cuda-gemm" and choice.sketch in _ours(space)
+    assert any(s.startswith("RFactor") for s in space.steps(choice.sketch)) == split
+    for site, decision in zip(space.sites(choice.sketch), choice.decisions, strict=True):
+        assert decision.value in legal_values(site)
+    n_tile = choice.decisions[1].value
+    assert (n_tile[1] * n_tile[2]) % hw == 0 or hw % (n_tile[1] * n_tile[2]) == 0
+    again = space.replay(choice.sketch, fixed_decider(choice.decisions))
+    assert again is not None and again[1] == choice.decisions
+
+
+def test_disabling_cuda_gemm_gives_convolutions_the_old_rule(tvm_target, hw):
+    from tlmpack.schedule.select import schedule_with_rules
+
+    choice = schedule_with_rules(_conv(1, 256, 256, 14, 3), tvm_target, "cuda", hw, disabled=frozenset({"cuda-gemm"}))
+    assert choice.rule == "cuda-matmul" and choice.sketch == 0
+
+
+def test_a_convolution_the_plan_cannot_stage_falls_back_to_cuda_matmul(tvm_target, hw):
+    """A strided 1x1 convolution stages a box of its input twice as wide as the tile the SM model
+    counts: over the shared-memory limit, the GEMM sketches are refused and the old rule takes it."""
+    from tlmpack.schedule.select import schedule_with_rules
+
+    choice = schedule_with_rules(_conv(1, 256, 512, 28, 1, stride=2), tvm_target, "cuda", hw)
+    assert choice.rule == "cuda-matmul" and choice.sketch == 0
+
+
+@needs_nvcc
+@pytest.mark.parametrize("k,hw_,split", [(3, 14, True), (1, 56, False)])
+def test_generated_conv_cuda_stages_the_padded_input_and_compiles(k, hw_, split, tvm_target, hw, tmp_path):
+    from tlmpack.lower.cuda import cuda_target, generate
+    from tlmpack.schedule.select import schedule_with_rules
+
+    func = _conv(1, 256, 256, hw_, k, epilogue=True) if split else _conv(1, 64, 256, hw_, k, epilogue=True)
+    choice = schedule_with_rules(func, tvm_target, "cuda", hw)
+    assert choice.rule == "cuda-gemm"
+    target = cuda_target(("sm_90",))
+    source, launches = generate({"t": choice.func.with_attr("tirx.is_scheduled", True)}, target)
+    assert "pad_temp_shared" in source and "W_shared" in source
+    assert "cp.async" in source  # the two-stage pipeline's copies
+    assert len(launches["t"].launches) == (2 if split else 1)  # the epilogue fused (into the partial sums' sum)
+    cu = tmp_path / "conv.cu"
+    cu.write_text(source)
+    done = subprocess.run([target.nvcc, "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-w", "-Xptxas", "-v", "-o",
+                           str(tmp_path / "c.cubin"), str(cu)], check=True, capture_output=True, text=True)
+    # the accumulators are registers: with h and w apart they were a local-memory array (5x slower)
+    frames = re.findall(r"(\d+) bytes stack frame", done.stderr)
+    assert frames and all(f == "0" for f in frames)
+
+
+def test_the_tlm_is_not_offered_a_convolutions_implicit_gemm_sketches(tvm_target):
+    """No training sentence has them yet: decoding keeps to the sketches the CUDA TLM was trained on."""
+    conv = _space(_conv(1, 256, 64, 56, 1), tvm_target)
+    assert conv.unseen_by_tlm == tuple(_ours(conv)) and len(conv.unseen_by_tlm) == 2
+    assert _space(_matmul(128, 768, 768), tvm_target).unseen_by_tlm == ()

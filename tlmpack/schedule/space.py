@@ -135,11 +135,16 @@ class DesignSpace:
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
         self.metaschedule_sketches = len(self.sketches)  # those before the appended GEMM sketches
+        # sketches the TLM has no training sentence of, so decoding does not offer them (a
+        # convolution's implicit-GEMM sketches, until the CUDA corpus measures them)
+        self.unseen_by_tlm: tuple[int, ...] = ()
         if target.kind.name == "cuda":  # appended: MetaSchedule's sketch indexes keep their meaning
-            from .cuda_gemm_sketch import gemm_sketches
+            from .cuda_gemm_sketch import gemm_sketches, is_conv
 
             arch = str(target.attrs.get("arch", "sm_90"))
             self.sketches += gemm_sketches(self.mod, func, async_copy=int(arch[3:] or 0) >= 80)
+            if len(self.sketches) > self.metaschedule_sketches and is_conv(func):
+                self.unseen_by_tlm = tuple(range(self.metaschedule_sketches, len(self.sketches)))
 
     def steps(self, sketch: int) -> tuple[str, ...]:
         """The schedule instructions of a sketch's trace by kind (``"CacheWrite"``,

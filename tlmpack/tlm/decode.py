@@ -183,7 +183,8 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
         for _ in range(max_sketch_tries):
             session = _Session(tlm, prompt)
             chooser = _Chooser(session, rng, top_k)
-            sketches = [s for s in range(len(space.sketches)) if s not in refused]
+            hidden = getattr(space, "unseen_by_tlm", ())
+            sketches = [s for s in range(len(space.sketches)) if s not in refused and s not in hidden]
             if not sketches:
                 break
             sketch = chooser.choose(sketches, "sketch")

@@ -14,6 +14,14 @@ warps to hide latency charged as in cuda-matmul, plus, for a split, the partial 
 and a second launch. Occupancy comes from threads, registers (TM*TN accumulators + TM + TN + 40)
 and shared memory (two stages of both tiles, rows padded by 4 words). The fetch vector is the
 widest of 4, 2, 1 that divides a tile row and the tile over the threads; unroll 512.
+
+Convolutions (the sketches' implicit GEMM: M = co, N = h*w, K = ci*kh*kw, batch n) are scored the
+same way with their own menus: N tiles of 7s as well as powers of two (ResNet's 56/28/14/7-wide
+images) that lie in whole rows or images or divide a row (so the staged box of the input has a
+constant size), K steps of whole windows (9, 18, 36 for a 3x3), 224-thread blocks where a GEMM
+has 256, scalar fetches of the input box and of a windowed weight (a 1x1's weight rows take the
+GEMM's vector). A point the space refuses (a strided 1x1 whose box is twice the tile the model
+counts, over the shared-memory limit) goes back to cuda-matmul.
 """
 
 from __future__ import annotations
@@ -46,13 +54,24 @@ UNROLL = 512
 FETCH_VECTORS = (4, 2, 1)
 
 
+# A convolution's implicit GEMM (cuda_gemm_sketch.conv_loops): N is its fused (h, w), so block
+# tiles along N may be multiples of 7 (ResNet's 56, 28, 14, 7 wide images).
+CONV_THREADS_N = (7, 8, 14, 16, 28, 32)
+CONV_REG_N = (1, 2, 4, 7, 8)
+
+
 def gemm_extents(task: TaskClass) -> tuple[int, int, int, int] | None:
-    """(M, N, K, batch) of a GEMM the sketches take, else None."""
-    from ..cuda_gemm_sketch import gemm_loops
+    """(M, N, K, batch) of a GEMM the sketches take (a convolution's implicit GEMM included), else None."""
+    from ..cuda_gemm_sketch import conv_loops, gemm_loops
 
     loops = gemm_loops(task)
     if loops is None:
-        return None
+        conv = conv_loops(task)
+        if conv is None:
+            return None
+        co, batch, rows, _, _ = conv
+        return (task.spatial[co], math.prod(task.spatial[a] for a in rows), math.prod(task.reduction),
+                math.prod(task.spatial[a] for a in batch))
     m_axis, n_axis, batch_axes, _, _ = loops
     return task.spatial[m_axis], task.spatial[n_axis], task.reduction[0], math.prod(task.spatial[a] for a in batch_axes)
 
@@ -64,18 +83,22 @@ def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
     if extents is None:
         return None
     m, n, k, batch = extents
+    conv = _conv_shape(task)
+    threads_n, reg_n = (CONV_THREADS_N, CONV_REG_N) if conv else (THREADS_N, REG_N)
+    # a conv's 7-wide thread rows make 224-thread blocks where a GEMM has 256
+    min_threads = _min_threads(m * n * batch) * (7 if conv else 8) // 8
     best = None
     for ty in THREADS_M:
-        for tx in THREADS_N:
+        for tx in threads_n:
             threads = ty * tx
-            if not _min_threads(m * n * batch) <= threads <= min(256, hw.max_threads_per_block):
+            if not min_threads <= threads <= min(256, hw.max_threads_per_block):
                 continue
             for tm in REG_M:
-                for tn in REG_N:
+                for tn in reg_n:
                     bm, bn = ty * tm, tx * tn
-                    if m % bm or n % bn:
+                    if m % bm or n % bn or (conv and not _conv_tile_ok(bn, conv[0])):
                         continue
-                    for bk in BK_MENU:
+                    for bk in _conv_bk(conv[1]) if conv else BK_MENU:
                         if k % bk:
                             continue
                         for ks in range(1, MAX_SPLIT + 1):
@@ -87,6 +110,36 @@ def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
                             if score is not None and (best is None or score < best["score"] - 1e-9):
                                 best = {"tm": tm, "tn": tn, "ty": ty, "tx": tx, "bk": bk, "ks": ks, "score": score}
     return best
+
+
+def _conv_shape(task: TaskClass) -> tuple[tuple[int, ...], int] | None:
+    """A convolution's N loop extents (h, w) and its window (kh * kw), None for a GEMM."""
+    from ..cuda_gemm_sketch import conv_loops
+
+    conv = conv_loops(task)
+    if conv is None:
+        return None
+    _, _, rows, _, _ = conv
+    return tuple(task.spatial[a] for a in rows), math.prod(task.reduction[1:])
+
+
+def _conv_bk(window: int) -> tuple[int, ...]:
+    """K steps of a convolution: whole windows (a step's input channels are then a constant range)."""
+    if window == 1:
+        return BK_MENU
+    return tuple(sorted({window * c for c in (1, 2, 4, 8) if window * c <= 2 * max(BK_MENU)} | {window}, reverse=True))
+
+
+def _conv_tile_ok(bn: int, rows: tuple[int, ...]) -> bool:
+    """A block's N tile lies in whole rows, images or their even parts (each of w, h*w is a
+    multiple or a divisor of it), so its staged input region has a constant size; otherwise its
+    bounds are data-dependent and the box a block stages is the whole image."""
+    span = 1
+    for extent in reversed(rows):
+        span *= extent
+        if bn % span and span % bn:
+            return False
+    return True
 
 
 # Outputs from which a GEMM's blocks have 256 threads. The SM model scores 64-thread blocks with big
@@ -186,8 +239,13 @@ class CudaGemm(Rule):
             tile_k.index: (ks, k // (ks * bk), bk) if tile_k.parts == 3 else (k // bk, bk),
         }
         # A's tile is BM x BK words, B's BK x BN, rows along either (the class does not say the layout)
-        for site, side in zip(sites[3:5], (ty * tm, tx * tn), strict=True):
+        conv = _conv_shape(task)
+        for operand, (site, side) in enumerate(zip(sites[3:5], (ty * tm, tx * tn), strict=True)):
             vector = fetch_vector(side * bk, math.gcd(side, bk), threads)
+            if conv and (operand == 1 or conv[1] > 1):
+                # a conv's input box (its rows' width, a stride) and a windowed weight's rows
+                # (ci, kh, kw) do not say what a vector load would need: scalar fetches
+                vector = 1
             out[site.index] = site.candidates.index(vector) if vector in site.candidates else 0
         unroll = sites[5]
         out[unroll.index] = unroll.candidates.index(UNROLL) if UNROLL in unroll.candidates else 0
