@@ -45,16 +45,18 @@ def test_gemm_decider_leaves_out_only_what_verify_gpu_code_refuses(space):
     from tlmpack.training.cuda_programs import GEMM_ELEMENT_BYTES, MAX_SHARED_BYTES, gemm_decider
 
     gemm = space.metaschedule_sketches
-    for seed in range(12):
-        seen = []
 
-        def record(site, sampled, decide=gemm_decider(random.Random(seed))):
+    def recorder(decide, seen):
+        def record(site, sampled):
             value = decide(site, sampled)
             assert value in legal_values(site)
             seen.append((site.kind, tuple(value) if site.kind == "tile" else value))
             return value
+        return record
 
-        space.replay(gemm, record, locations=True)
+    for seed in range(12):
+        seen: list = []
+        space.replay(gemm, recorder(gemm_decider(random.Random(seed)), seen), locations=True)
         i, j, k = [v for kind, v in seen if kind == "tile"][:3]
         assert i[1] * j[1] <= 1024
         assert GEMM_ELEMENT_BYTES * k[-1] * (i[1] * i[2] + j[1] * j[2]) <= MAX_SHARED_BYTES
