@@ -113,3 +113,33 @@ def test_onnx_corpus_keys_are_the_builds_task_keys(tmp_path):
     from tlmpack.training.corpus import load_func, task_key
 
     assert all(task_key(load_func(t)) == t["key"] for t in tasks)  # stored scripts hash back to their keys
+
+
+def test_build_takes_a_keys_file_and_import_a_fixed_shard_name(tmp_path, capsys):
+    import gzip
+
+    from tlmpack.training import cuda_programs as cp
+    from tlmpack.training.store import Store, default_root
+
+    store = Store(default_root())
+    small = sorted((len(store.task(k)["script"]), k) for k in store.task_keys()[:60]
+                   if store.task(k)["kind"] == "pointwise")
+    if not small:
+        pytest.skip("no corpus tasks in data/")
+    key = small[0][1]
+    mine = Store(tmp_path / "data")
+    mine.put_task(store.task(key))
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"{key}\n")
+    cp.main(["build", str(tmp_path / "b"), "--keys", str(keys), "--per-task", "1", "--data", str(mine.root)])
+    batch = cp.read_json(tmp_path / "b" / "batch.json.gz")
+    assert list(batch["tasks"]) == [key]
+    programs = [p for p in batch["programs"] if not p["reference"]]
+    with gzip.open(tmp_path / "r.json.gz", "wt") as f:
+        json.dump({"machine": {}, "results": [{"id": p["id"], "valid": True, "error": "", "rel_err": 0.0,
+                                               "median_us": 2.0, "min_us": 2.0, "spread": 0.0, "repeats": 5}
+                                              for p in programs]}, f)
+    capsys.readouterr()
+    cp.main(["import", str(tmp_path / "b"), str(tmp_path / "r.json.gz"), "--data", str(mine.root), "--run", "fixed"])
+    assert json.loads(capsys.readouterr().out)["records"] == len(programs) >= 1
+    assert (mine.root / "records" / "cuda" / "fixed.jsonl.gz").is_file()
