@@ -97,7 +97,7 @@ def test_onnx_corpus_entry_is_append_only_and_merges_equal_tasks(tmp_path):
     assert store.task("00000000000000aa")["script"] == "kept"  # an existing task file is not rewritten
     assert store.task("00000000000000bb")["first_model"] == "onnx-x"
     entry = json.loads(store.corpus_path("onnx-x").read_text())
-    assert entry["source"] == "onnx" and [t["calls"] for t in entry["tasks"]] == [3, 1]
+    assert entry["source"] == "onnx" and [t["calls"] for t in entry["tasks"]] == [3, 2]
 
 
 def test_onnx_corpus_keys_are_the_builds_task_keys(tmp_path):
