@@ -32,7 +32,9 @@ def test_the_random_sampler_draws_the_appended_gemm_sketches(space):
 
     assert len(space.sketches) > space.metaschedule_sketches  # the task has the GEMM sketches
     rng = random.Random(3)
-    points = [sample_cuda_point(space, rng) for _ in range(24)]
+    points = [sample_cuda_point(space, rng, appended=True) for _ in range(24)]
+    assert all(p.sketch < space.metaschedule_sketches  # without it, MetaSchedule's alone (as before)
+               for p in (sample_cuda_point(space, random.Random(i)) for i in range(8)) if p is not None)
     sketches = {p.sketch for p in points if p is not None}
     assert any(s >= space.metaschedule_sketches for s in sketches)  # a legal point of an appended sketch
     assert any(s < space.metaschedule_sketches for s in sketches)  # and of MetaSchedule's

@@ -110,11 +110,13 @@ def gemm_decider(rng: random.Random, max_shared_bytes: int = MAX_SHARED_BYTES):
     return decide
 
 
-def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | None = None) -> CudaPoint | None:
+def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | None = None,
+                      appended: bool = False) -> CudaPoint | None:
     """One random legal point of a CUDA space (None when the postprocessors refuse it). The sketch
-    is uniform among all of the space's sketches, the appended GEMM sketches included (their sites
-    guided by ``gemm_decider``; MetaSchedule's by ``guided_decider``)."""
-    sketch = rng.randrange(len(space.sketches))
+    is uniform among MetaSchedule's sketches (sites guided by ``guided_decider``), or with
+    ``appended`` among all of the space's, the appended GEMM sketches included (their sites guided
+    by ``gemm_decider``): what build_batch samples, so the store gets records of both."""
+    sketch = rng.randrange(len(space.sketches) if appended else space.metaschedule_sketches)
     if sketch >= space.metaschedule_sketches:
         decide = gemm_decider(rng)
     else:
@@ -306,7 +308,7 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
         while len(seen) < per_task and tries < max_tries and dups < 3 * per_task and time.perf_counter() < deadline:
             tries += 1
             summary.sampled += 1
-            point = sample_cuda_point(space, rng, footprint)
+            point = sample_cuda_point(space, rng, footprint, appended=True)
             if point is None:
                 summary.rejected += 1
                 continue
