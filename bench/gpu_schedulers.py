@@ -3,6 +3,7 @@
 torch.compile, side by side in one process per model, each artifact checked against torch first.
 
     python bench/gpu_schedulers.py --dir DIR [--variants tlm heuristic] [--models a b@b16 ...] [--runs 50] [--json OUT]
+                                   [--no-compile]
 
 DIR (repeatable) holds what bench/prepare_gpu_schedulers.sh packed: STEM.V.tar.xz for the first
 variant of a batch-1 model (or its .partNN pieces), STEM.V.noweights.tar.xz for every other build
@@ -72,7 +73,8 @@ def unpack(folders: list[Path], name: str, variant: str, first: str, scratch: Pa
     return out
 
 
-def compare(name: str, variants: list[str], folders: list[Path], scratch: Path, runs: int) -> dict:
+def compare(name: str, variants: list[str], folders: list[Path], scratch: Path, runs: int,
+            use_compile: bool = True) -> dict:
     import torch
 
     from tlmpack import zoo
@@ -82,7 +84,7 @@ def compare(name: str, variants: list[str], folders: list[Path], scratch: Path, 
     feed = dict(np.load(inputs_file)) if inputs_file else zoo.random_inputs(name, 0)
     stats_file = _find(folders, f"{name.partition('@b')[0]}.bnstats.npz")
     bn_stats = dict(np.load(stats_file)) if stats_file else None
-    module, compiled, args, gpu_ref, ref64 = torch_reference(name, feed, True, bn_stats)
+    module, compiled, args, gpu_ref, ref64 = torch_reference(name, feed, use_compile, bn_stats)
     row: dict = {"model": name, "live": bool(np.isfinite(gpu_ref).all() and gpu_ref.std() > 0)}
     device_feed = {n: torch.from_numpy(v).cuda() for n, v in feed.items()}
     sync = torch.cuda.synchronize
@@ -92,9 +94,10 @@ def compare(name: str, variants: list[str], folders: list[Path], scratch: Path, 
         row[f"{label}_err"] = min(rel_err(out, gpu_ref), rel_err(out, ref64))
         row[f"{label}_ms"] = median_ms(lambda m=model: m.run(None, device_feed, output_device="cuda"), runs, sync)
         model.close()
-    with torch.no_grad():
-        compiled(*args)
-        row["compile_ms"] = median_ms(lambda: compiled(*args), runs, sync)
+    if compiled is not None:
+        with torch.no_grad():
+            compiled(*args)
+            row["compile_ms"] = median_ms(lambda: compiled(*args), runs, sync)
     model = rt.load(dirs[variants[0]], device="cuda")
     row["first_ms_again"] = median_ms(lambda: model.run(None, device_feed, output_device="cuda"), runs, sync)
     model.close()
@@ -117,11 +120,12 @@ def table(rows: list[dict], variants: list[str]) -> list[str]:
             continue
         for v in variants[1:]:
             ratios[v].append(r[f"{v}_ms"] / r[f"{first}_ms"])
-        ratios["compile"].append(r["compile_ms"] / r[f"{first}_ms"])
+        if "compile_ms" in r:
+            ratios["compile"].append(r["compile_ms"] / r[f"{first}_ms"])
         cells = [r["model"], *(f"{r[f'{v}_err']:.1e}" for v in variants), *(f"{r[f'{v}_ms']:.3f}" for v in variants),
-                 f"{r['first_ms_again']:.3f}", f"{r['compile_ms']:.3f}",
+                 f"{r['first_ms_again']:.3f}", f"{r['compile_ms']:.3f}" if "compile_ms" in r else "-",
                  *(f"{r[f'{v}_ms'] / r[f'{first}_ms']:.2f}" for v in variants[1:]),
-                 f"{r['compile_ms'] / r[f'{first}_ms']:.2f}"]
+                 f"{r['compile_ms'] / r[f'{first}_ms']:.2f}" if "compile_ms" in r else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     for key, xs in ratios.items():
         label = "torch.compile" if key == "compile" else key
@@ -138,6 +142,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out (saves its compile time)")
     args = ap.parse_args()
     import torch
 
@@ -146,7 +151,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.models:
             try:
-                row = compare(name, args.variants, args.dir, Path(scratch), args.runs)
+                row = compare(name, args.variants, args.dir, Path(scratch), args.runs, not args.no_compile)
             except Exception as e:  # one broken model must not hide the others
                 row = {"model": name, "error": f"{type(e).__name__}: {e}"}
             rows.append(row)

@@ -4,7 +4,11 @@ legality (each decoded point replayed by the Space Builder as it is), the decode
 tasks fall back to the rules, and a digest of every decoded sentence (two fresh processes must
 print the same one).
 
-    python bench/tlm_decode.py [--target x86|cuda] [--limit N] [--append]
+    python bench/tlm_decode.py [--target x86|cuda] [--limit N] [--corpus PREFIX] [--append]
+
+``--corpus onnx-``: only the tasks of corpus entries whose model name starts with PREFIX (the seed
+ONNX builds' tasks). On CUDA it also counts the tasks that have the appended GEMM sketches and how
+many of them the model's point takes one of.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from pathlib import Path
 
 
-def run(target: str, limit: int) -> dict:
+def run(target: str, limit: int, corpus: str = "") -> dict:
     from tlmpack.schedule.space import DesignSpace
     from tlmpack.tlm.decode import decode_space, out_of_distribution
     from tlmpack.tlm.language import Sentence, describe_task, tokens
@@ -30,11 +34,13 @@ def run(target: str, limit: int) -> dict:
     from tlmpack.training.store import Store, default_root
 
     store = Store(default_root())
-    keys = sorted({t["key"] for entry in store.corpora() for t in entry["tasks"]})[: limit or None]
+    keys = sorted({t["key"] for entry in store.corpora() if entry["model"].startswith(corpus)
+                   for t in entry["tasks"]})[: limit or None]
     tlm = load(target)
     tvm_target, hardware = _task_hardware(target, 2 if target == "x86" else 1)
     model_ms, model_cpu_ms, total_ms, total_cpu_ms, confidence = [], [], [], [], []
     legal = illegal = none = fallback = 0
+    gemm_tasks = gemm_picked = 0
     digest = hashlib.sha256()
     for key in keys:
         task = store.task(key)
@@ -51,6 +57,9 @@ def run(target: str, limit: int) -> dict:
             none += 1
             continue
         d = decoded[0]
+        if len(space.sketches) > space.metaschedule_sketches:
+            gemm_tasks += 1
+            gemm_picked += d.sketch >= space.metaschedule_sketches
         model_ms.append(d.decode_ms)
         model_cpu_ms.append(d.decode_cpu_ms)
         confidence.append(d.confidence)
@@ -64,6 +73,7 @@ def run(target: str, limit: int) -> dict:
         fallback += sum(c < tlm.summary.min_confidence for c in confidence)
     return {"target": target, "model": tlm.id, "tasks": len(keys), "decoded": len(model_ms), "legal": legal,
             "illegal": illegal, "no_point": none, "fallback_to_rules": fallback,
+            "gemm_sketch_tasks": gemm_tasks, "gemm_sketch_picked": gemm_picked,
             "model_ms_mean": round(statistics.mean(model_ms), 2), "model_ms_max": round(max(model_ms), 2),
             "model_cpu_ms_mean": round(statistics.mean(model_cpu_ms), 2), "model_cpu_ms_max": round(max(model_cpu_ms), 2),
             "with_tvm_ms_mean": round(statistics.mean(total_ms), 1), "with_tvm_ms_max": round(max(total_ms), 1),
@@ -75,9 +85,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", choices=["x86", "cuda"], action="append")
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--corpus", default="", help="only corpus models whose name starts with this")
     ap.add_argument("--append", action="store_true", help="append the table to BENCHMARKS.md")
     args = ap.parse_args()
-    rows = [run(t, args.limit) for t in args.target or ["x86", "cuda"]]
+    rows = [run(t, args.limit, args.corpus) for t in args.target or ["x86", "cuda"]]
     lines = ["| target | model | tasks | legal | fallback | model ms mean / max (wall) | model CPU ms mean / max | "
              "with TVM space+replay ms mean / max (wall; CPU mean) | median confidence | sentences sha256 |",
              "|---|---|---|---|---|---|---|---|---|---|"]

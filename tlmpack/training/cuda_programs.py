@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..schedule.cuda_footprint import MAX_SHARED_BYTES, SharedFootprint
+from ..schedule.cuda_footprint import MAX_SHARED_BYTES, MAX_THREADS, SharedFootprint
 from ..schedule.records import Decision
 from .store import RECORD_VERSION, Store
 
@@ -80,12 +80,48 @@ class CudaPoint:
         return (self.sketch, tuple((d.kind, d.value) for d in self.decisions))
 
 
-def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | None = None) -> CudaPoint | None:
-    """One random legal point of a CUDA space (None when the postprocessors refuse it), from
-    MetaSchedule's sketches: the appended GEMM sketches are the rules' until the corpus covers them
-    (the guide reads MultiLevelTiling's 5-way tiles, and the seeded corpus stays as it was)."""
-    sketch = rng.randrange(space.metaschedule_sketches)
-    replayed = space.replay(sketch, guided_decider(rng, footprint), locations=True)
+GEMM_ELEMENT_BYTES = 4  # the appended GEMM sketches' tasks are float32
+
+
+def gemm_decider(rng: random.Random, max_shared_bytes: int = MAX_SHARED_BYTES):
+    """Uniform among a site of the appended ``gemm`` / ``gemm-splitk`` sketches' legal values
+    (cuda_gemm_sketch.py: 3-way tiles of M and N, then the K tile), leaving out what VerifyGPUCode
+    must refuse: threads (the middle factors of M and N) over 1024, and a block whose two staged
+    tiles (BM x BK and BK x BN, one stage, no row padding: a lower bound of what the sketch's two
+    pipelined, padded stages take) exceed the block's shared memory. Keeps every value when none
+    would be left (the postprocessors then refuse the point)."""
+    from ..schedule.space import legal_values
+
+    tiles: list[tuple[int, ...]] = []
+
+    def decide(site, _sampled):
+        values = legal_values(site)
+        if site.kind == "tile" and len(tiles) < 3:
+            if len(tiles) == 1:  # N: threads along M x along N
+                values = [v for v in values if tiles[0][1] * v[1] <= MAX_THREADS] or values
+            elif len(tiles) == 2:  # K: BK is the innermost factor
+                bm, bn = tiles[0][1] * tiles[0][2], tiles[1][1] * tiles[1][2]
+                values = [v for v in values if GEMM_ELEMENT_BYTES * v[-1] * (bm + bn) <= max_shared_bytes] or values
+        value = rng.choice(values)
+        if site.kind == "tile" and len(tiles) < 3:
+            tiles.append(tuple(value))
+        return value
+
+    return decide
+
+
+def sample_cuda_point(space, rng: random.Random, footprint: SharedFootprint | None = None,
+                      appended: bool = False) -> CudaPoint | None:
+    """One random legal point of a CUDA space (None when the postprocessors refuse it). The sketch
+    is uniform among MetaSchedule's sketches (sites guided by ``guided_decider``), or with
+    ``appended`` among all of the space's, the appended GEMM sketches included (their sites guided
+    by ``gemm_decider``): what build_batch samples, so the store gets records of both."""
+    sketch = rng.randrange(len(space.sketches) if appended else space.metaschedule_sketches)
+    if sketch >= space.metaschedule_sketches:
+        decide = gemm_decider(rng)
+    else:
+        decide = guided_decider(rng, footprint)
+    replayed = space.replay(sketch, decide, locations=True)
     if replayed is None:
         return None
     return CudaPoint(sketch, replayed[1], replayed[0])
@@ -272,7 +308,7 @@ def build_batch(store: Store, keys: list[str], per_task: int, out_dir: str | Pat
         while len(seen) < per_task and tries < max_tries and dups < 3 * per_task and time.perf_counter() < deadline:
             tries += 1
             summary.sampled += 1
-            point = sample_cuda_point(space, rng, footprint)
+            point = sample_cuda_point(space, rng, footprint, appended=True)
             if point is None:
                 summary.rejected += 1
                 continue
@@ -426,22 +462,30 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--parts", type=int, default=1)
     b.add_argument("--data", default=None)
     b.add_argument("--heuristic", action="store_true", help="also each task's heuristic schedule")
+    b.add_argument("--keys", default=None,
+                   help="a file of task keys (one a line) to sample, in that order, instead of --tasks' choice")
     i = sub.add_parser("import", help="append a GPU run's results to the store")
     i.add_argument("batch_dir")
     i.add_argument("results")
     i.add_argument("--data", default=None)
+    i.add_argument("--run", default=None, help="the shard's name (default: time and host); the same name on two "
+                   "machines gives the same store")
     args = ap.parse_args(argv)
     from .store import default_root
 
     store = Store(args.data or default_root())
     if args.cmd == "build":
-        keys = select_tasks(store, args.tasks, seed=args.seed)[args.part::args.parts]
+        if args.keys:
+            chosen = [k.strip() for k in Path(args.keys).read_text().split() if k.strip()]
+        else:
+            chosen = select_tasks(store, args.tasks, seed=args.seed)
+        keys = chosen[args.part::args.parts]
         prefix = chr(ord("a") + args.part) if args.parts > 1 else ""
         summary = build_batch(store, keys, args.per_task, args.out, seed=args.seed, budget_s=args.budget_s,
                               prefix=prefix, heuristic=args.heuristic)
         print(json.dumps(summary.to_json()))
     else:
-        print(json.dumps(import_results(store, args.batch_dir, args.results)))
+        print(json.dumps(import_results(store, args.batch_dir, args.results, run=args.run)))
 
 
 if __name__ == "__main__":
