@@ -342,6 +342,8 @@ def generate(funcs: dict[str, Any], target: CudaTarget) -> tuple[str, dict[str, 
     import tvm
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
+    from .cuda_alignment import misaligned_accesses
+
     tvm_target = target.tvm_target()
     mod = tvm.IRModule({task_id: f.with_attr("global_symbol", task_id) for task_id, f in funcs.items()})
 
@@ -372,6 +374,9 @@ def generate(funcs: dict[str, Any], target: CudaTarget) -> tuple[str, dict[str, 
         if len(device_mods) != 1:
             raise LoweringError(f"expected one CUDA device module, TVM made {len(device_mods)}")
         ((device_target, device_mod),) = device_mods.items()
+        misaligned = misaligned_accesses(device_mod)
+        if misaligned:  # it would fault on the GPU: refused like code TVM cannot generate
+            raise RuntimeError(f"{len(misaligned)} misaligned cp.async; {misaligned[0].sentence()}")
         device_mod = finalize_device()(device_mod)
         source = codegen_build(device_mod, device_target).inspect_source("")
     except LoweringError:
