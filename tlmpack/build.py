@@ -181,31 +181,20 @@ class Plans:
     layout_ops: dict[int, bool] = field(default_factory=dict)  # layout_ops.py's rewrites, channels-last only
     memory: dict = field(default_factory=dict)  # a fixed build's graph.memory_json(), taken before weights go
 
-    def release_modules(self) -> None:
-        """The graphs' weight blobs hold the constants once lowered; the Relax modules' copies go (the
-        lowering fallbacks retried from them, nothing after needs them: a 2 GiB model was held twice)."""
-        for b in self.imported:
-            self.release_module(b)
-
     def release_module(self, b: int) -> None:
-        """Plan b's imported Relax module, once its graphs are lowered."""
+        """Plan b's imported Relax module, once its graphs are lowered: the lowering fallbacks retried
+        from it, nothing after needs it (a 2 GiB model was held twice while it stayed)."""
         self.imported[b].mod = None
         gc.collect()  # TVMScript's parser keeps the stack's frames in cycles (inspect.stack()): they hold graphs
 
     def materialize_weights(self) -> None:
         """Copies each graph's pending weights (views of its lowered module) into a blob of its own."""
-        from .graph import PendingWeights, weights_buffer
+        from .graph import PendingWeights
 
-        done: dict[int, Any] = {}
         for graphs in (self.graphs, self.x86_graphs):
             for b, g in graphs.items():
-                if id(g) not in done:
-                    if isinstance(g.weights, PendingWeights):
-                        blob = weights_buffer(len(g.weights))
-                        g.weights.write_into(blob)
-                        g = dataclasses.replace(g, weights=blob)
-                    done[id(graphs[b])] = g
-                graphs[b] = done[id(graphs[b])]
+                if isinstance(g.weights, PendingWeights):
+                    graphs[b] = dataclasses.replace(g, weights=g.weights.materialized())
         gc.collect()
 
     def release_plain_weights(self) -> None:
@@ -326,8 +315,6 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         del mod
         plans.release_module(b)
     plans.x86_layout = x86_layout
-    if not plans.batched:
-        plans.materialize_weights()
     if plans.batched:
         from .batch_graph import share_weights
 
@@ -337,6 +324,7 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         if plans.x86_graphs:
             plans.x86_union, plans.x86_graphs = merge_tasks(share_weights(plans.x86_graphs)[1])
     else:
+        plans.materialize_weights()
         plans.union = plans.graphs.get(0)
         plans.x86_union = plans.x86_graphs.get(0)
     if "x86" in options.targets and plans.x86_union is None:  # x86 shares the graph
@@ -352,7 +340,6 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
             f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
         plans.memory = graph.memory_json()
-    plans.release_modules()
 
 
 @dataclass

@@ -94,6 +94,12 @@ class PendingWeights:
         for offset, array in self._chunks.items():
             out[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
 
+    def materialized(self) -> memoryview:
+        """The weights blob (weights_buffer: aligned) with every constant copied in."""
+        blob = weights_buffer(self.size)
+        self.write_into(blob)
+        return blob
+
 
 @dataclass
 class Graph:
@@ -367,11 +373,7 @@ def partition(mod, task_prefix: str = "k", materialize: bool = True) -> Graph:
             raise LoweringError(f"output {b.tensors[tid].name} is a constant of the model; tlmpack needs outputs computed from inputs")
 
     pending = PendingWeights(b.weights_size, b.weight_chunks)
-    if materialize:
-        weights: memoryview | PendingWeights = weights_buffer(b.weights_size)
-        pending.write_into(weights)
-    else:
-        weights = pending
+    weights = pending.materialized() if materialize else pending
     counts: dict[str, int] = {}
     for c in b.calls:
         counts[c.task] = counts.get(c.task, 0) + 1

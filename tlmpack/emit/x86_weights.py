@@ -19,19 +19,14 @@ def _aligned(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def pack_graph(graph: Graph, splits: dict, pack: Callable[..., np.ndarray]) -> Graph:
-    """A copy of ``graph`` whose packed tasks read packed constants. ``splits``: task id →
-    lower.prepack.SplitKernel; ``pack(split, weight, out)`` runs the split's prepack function on
-    ``weight`` (a view of ``graph.weights``) into ``out`` (a view of the new blob): nothing but the
-    two blobs is held, whatever the weights' size."""
-    return pack_graphs({0: graph}, splits, pack)[0]
-
-
 def pack_graphs(graphs: dict[int, Graph], splits: dict, pack: Callable[..., np.ndarray]) -> dict[int, Graph]:
-    """pack_graph for the plans of a dynamic batch, over one new blob. The plans share one weights
-    blob (batch_graph.share_weights), so a constant is known by its offset there: one that several
-    plans read, plain or packed the same way (the same packing function into the same shape), is laid
-    out and packed once, not once per plan. Nothing but the plain blob and the new one is held."""
+    """Copies of the plans (a fixed build's one, or a dynamic batch's) whose packed tasks read packed
+    constants, over one new blob. ``splits``: task id → lower.prepack.SplitKernel; ``pack(split,
+    weight, out)`` runs the split's prepack function on ``weight`` (a view of the plain blob) into
+    ``out`` (a view of the new one). The plans share one plain blob (batch_graph.share_weights), so a
+    constant is known by its offset there: one that several plans read, plain or packed the same way
+    (the same packing function into the same shape), is laid out and packed once. Nothing but the
+    plain blob and the new one is held, whatever the weights' size."""
     if not splits:
         return graphs
     plain = next(iter(graphs.values())).weights

@@ -48,19 +48,19 @@ def misaligned_accesses(device_mod) -> list[Misaligned]:
 
 
 class _Walker:
-    """Statements and expressions of one kernel, with let-bound names remembered for substitution."""
+    """The statements of one kernel: InjectPTXAsyncCopy writes each copy as a statement of its own
+    (``Evaluate`` of the call), and the offsets' common parts as let-bound names before it."""
 
     def __init__(self, kernel: str) -> None:
         from tvm.sym.analyzer import Analyzer
 
         self.kernel = kernel
         self.found: list[Misaligned] = []
-        self.lets: dict[Any, Any] = {}
+        self.bound: set[Any] = set()
         self.analyzer = Analyzer()
 
-    # ---- statements ---------------------------------------------------------------------------
-
     def stmt(self, s) -> None:
+        import tvm
         from tvm import tirx
 
         if s is None:
@@ -68,75 +68,17 @@ class _Walker:
         if isinstance(s, tirx.SeqStmt):
             for x in s.seq:
                 self.stmt(x)
-        elif isinstance(s, (tirx.LetStmt, tirx.Bind)):
-            self.expr(s.value)
-            self.let(s.var, s.value)
-            self.stmt(getattr(s, "body", None))
-        elif isinstance(s, tirx.For):
-            self.expr(s.min)
-            self.expr(s.extent)
-            self.stmt(s.body)
-        elif isinstance(s, tirx.While):
-            self.expr(s.condition)
-            self.stmt(s.body)
+            return
+        if isinstance(s, (tirx.LetStmt, tirx.Bind)) and s.var not in self.bound:
+            self.bound.add(s.var)  # SSA: bound once, in program order
+            self.analyzer.bind(s.var, s.value)
         elif isinstance(s, tirx.IfThenElse):
-            self.expr(s.condition)
             self.stmt(s.then_case)
             self.stmt(s.else_case)
-        elif isinstance(s, (tirx.AttrStmt, tirx.AssertStmt)):
-            self.expr(getattr(s, "value", None))
-            self.stmt(getattr(s, "body", None))
-        elif isinstance(s, tirx.Evaluate):
-            self.expr(s.value)
-        elif isinstance(s, tirx.BufferStore):
-            self.expr(s.value)
-            for i in s.indices:
-                self.expr(i)
-        elif hasattr(s, "body"):  # AllocBuffer, DeclBuffer and the like: nothing to check of their own
-            self.stmt(s.body)
-
-    # ---- expressions --------------------------------------------------------------------------
-
-    def expr(self, e) -> None:
-        import tvm
-        from tvm import tirx
-
-        if e is None or isinstance(e, (tirx.IntImm, tirx.FloatImm, tirx.Var, str, int, float)):
-            return
-        if isinstance(e, tvm.ir.TensorLoad):  # what tirx.BufferLoad makes
-            for i in e.indices:
-                self.expr(i)
-            return
-        if isinstance(e, tvm.ir.expr.Call):
-            for a in e.args:
-                self.expr(a)
-            if getattr(e.op, "name", "") == CP_ASYNC:
-                self.cp_async(e)
-            return
-        if isinstance(e, tirx.Let):
-            self.expr(e.value)
-            self.let(e.var, e.value)
-            self.expr(e.body)
-            return
-        for field in ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride", "vectors"):
-            child = getattr(e, field, None)
-            if isinstance(child, (list, tuple)) or type(child).__name__ == "Array":
-                for c in child:
-                    self.expr(c)
-            elif child is not None and not isinstance(child, (int, float, str)):
-                self.expr(child)
-
-    # ---- checks -------------------------------------------------------------------------------
-
-    def let(self, var, value) -> None:
-        """What the analyzer knows of a let-bound name: its value (SSA: bound once, in program order)."""
-        if var not in self.lets:
-            self.lets[var] = value
-            self.analyzer.bind(var, value)
-
-    def aligned(self, offset, lanes: int) -> bool:
-        m = self.analyzer.modular_set(offset)
-        return m.coeff % lanes == 0 and m.base % lanes == 0
+        elif isinstance(s, tirx.Evaluate) and isinstance(s.value, tvm.ir.expr.Call) \
+                and getattr(s.value.op, "name", "") == CP_ASYNC:
+            self.cp_async(s.value)
+        self.stmt(getattr(s, "body", None))  # For, While, AttrStmt, AllocBuffer, LetStmt, ...
 
     def cp_async(self, call) -> None:
         from tvm import tirx
@@ -147,12 +89,12 @@ class _Walker:
         if len(args) != 5 or not isinstance(args[4], tirx.IntImm):
             return
         nbytes = int(args[4].value)
-        elem = max(1, int(_dtype(call).bits) // 8)
-        lanes = nbytes // elem
+        lanes = nbytes // max(1, int(_dtype(call).bits) // 8)
         if lanes <= 1:
             return
         for side, offset in (("shared", args[1]), ("global", args[3])):
-            if not self.aligned(offset, lanes):
+            m = self.analyzer.modular_set(offset)
+            if m.coeff % lanes or m.base % lanes:
                 self.found.append(Misaligned(self.kernel, f"{nbytes}-byte cp.async ({side} side)", str(offset), lanes))
 
 
