@@ -47,12 +47,14 @@ def read_json(path: Path) -> dict:
 # nvcc
 # ------------------------------------------------------------------------------------------------
 
-def first_shards(batch_dirs: list[Path], count: int) -> set[str]:
-    """The "dir/shard" keys of the first ``count`` shards of every batch.json in ``batch_dirs``."""
+def first_shards(batch_dirs: list[Path], count: int, skip: int = 0) -> set[str]:
+    """The "dir/shard" keys of ``count`` shards (0: all) of every batch.json in ``batch_dirs``, after its first
+    ``skip`` (a later call measures what an earlier one's ``--max-shards`` left out)."""
     keys = set()
     for d in batch_dirs:
         for bj in sorted(d.glob("*batch.json.gz")):
-            keys.update(f"{d}/{s}" for s in sorted(read_json(bj)["shards"])[:count])
+            shards = sorted(read_json(bj)["shards"])[skip:]
+            keys.update(f"{d}/{s}" for s in (shards[:count] if count else shards))
     return keys
 
 
@@ -417,6 +419,8 @@ def main() -> None:
     ap.add_argument("--max-shards", type=int, default=0,
                     help="compile and measure only the first N shards of each generating process's batch (a short "
                          "GPU session; the rest can be measured by a later run)")
+    ap.add_argument("--skip-shards", type=int, default=0,
+                    help="leave out the first N shards of each generating process's batch (measured by an earlier run)")
     ap.add_argument("--compile-only", action="store_true",
                     help="write <shard>.cubin beside each shard (carried: no nvcc time on the GPU machine)")
     args = ap.parse_args()
@@ -440,7 +444,7 @@ def main() -> None:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpumeasure-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     dirs = [Path(d) for d in args.batch]
-    only = first_shards(dirs, args.max_shards) if args.max_shards else None
+    only = first_shards(dirs, args.max_shards, args.skip_shards) if args.max_shards or args.skip_shards else None
     cubins = compile_shards(dirs, work / "cu", args.arch, args.jobs, only)
     compile_s = time.time() - started
     (work / "cubins.json").write_text(json.dumps(cubins))
