@@ -228,3 +228,17 @@ def test_auto_runs_the_tlm_on_x86_and_the_rules_on_cuda():
     assert scheduler_for("x86", "auto") == "tlm" and scheduler_for("cuda", "auto") == "heuristic"
     assert scheduler_for("cuda", "tlm") == "tlm" and scheduler_for("cuda", "baseline") == "dlight"
     assert scheduler_for("x86", "baseline") == "baseline"
+
+
+def test_sites_of_a_task_with_a_record_on_a_newer_sketch_are_recomputed(tmp_path):
+    """A sketch appended to the space after a task's sites were cached (a convolution's implicit
+    GEMM) makes its cached sites stale: training would have no mask for that sketch's records."""
+    from tlmpack.training.sites import stale_tasks
+    from tlmpack.training.store import Store
+
+    store = Store(tmp_path)
+    base = {"v": 1, "target": "cuda", "valid": True, "decisions": []}
+    store.writer("cuda", "r").append([{**base, "task": "old", "sketch": 3}, {**base, "task": "fine", "sketch": 1},
+                                      {**base, "task": "uncached", "sketch": 5}])
+    cached = {"old": [[], [], []], "fine": [[], []]}
+    assert stale_tasks(store, "cuda", cached) == {"old"}

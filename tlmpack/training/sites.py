@@ -59,6 +59,13 @@ def _tvm_target(target: str):
     return cuda_tvm_target()
 
 
+def stale_tasks(store: Store, target: str, cached: dict[str, list]) -> set[str]:
+    """Tasks with a record on a sketch their cached sites lack: sketches appended to the space after
+    the sites were computed (a convolution's implicit-GEMM sketches), so recomputing is needed."""
+    return {r["task"] for r in store.records(target)
+            if r["task"] in cached and r["sketch"] >= len(cached[r["task"]])}
+
+
 def compute_sites(store: Store, target: str, keys: list[str] | None = None,
                   say: Callable[[str], None] = print) -> dict:
     """Computes (or completes) data/sites/<target>.json.gz for ``keys`` (default: every task)."""
@@ -71,7 +78,8 @@ def compute_sites(store: Store, target: str, keys: list[str] | None = None,
         with gzip.open(path, "rt") as f:
             raw = json.load(f)
     tvm_target = _tvm_target(target)
-    todo = [k for k in (keys or store.task_keys()) if k not in raw["tasks"]]
+    stale = stale_tasks(store, target, raw["tasks"])
+    todo = [k for k in (keys or store.task_keys()) if k not in raw["tasks"] or k in stale]
     for i, key in enumerate(todo, 1):
         try:
             space = DesignSpace(load_func(store.task(key)), tvm_target)
