@@ -321,8 +321,9 @@ def test_generated_conv_cuda_stages_the_padded_input_and_compiles(k, hw_, split,
     assert frames and all(f == "0" for f in frames)
 
 
-def test_the_tlm_is_not_offered_a_convolutions_implicit_gemm_sketches(tvm_target):
-    """No training sentence has them yet: decoding keeps to the sketches the CUDA TLM was trained on."""
+def test_a_tlm_of_an_older_space_is_not_offered_a_convolutions_implicit_gemm_sketches(tvm_target):
+    """They came with space version 2: weights trained before it have no sentence of them."""
     conv = _space(_conv(1, 256, 64, 56, 1), tvm_target)
-    assert conv.unseen_by_tlm == tuple(_ours(conv)) and len(conv.unseen_by_tlm) == 2
-    assert _space(_matmul(128, 768, 768), tvm_target).unseen_by_tlm == ()
+    assert conv.sketches_after(1) == tuple(_ours(conv)) and len(conv.sketches_after(1)) == 2
+    assert conv.sketches_after(2) == ()
+    assert _space(_matmul(128, 768, 768), tvm_target).sketches_after(1) == ()

@@ -164,7 +164,8 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
     from click.testing import CliRunner
 
     from tlmpack.cli import main
-    from tlmpack.tlm.model import load_file
+    from tlmpack.schedule.space import SPACE_VERSION
+    from tlmpack.tlm.model import load_file, set_summary_fields
 
     out = tmp_path / "smoke.safetensors"
     result = CliRunner().invoke(main, ["tlm", "train", "--target", "x86", "--smoke", "--device", "cpu",
@@ -173,6 +174,12 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
     report = json.loads(result.output.strip().splitlines()[-1])
     loaded = load_file(out, "x86")
     assert loaded.sha256 == report["sha256"] and loaded.summary.tasks > 0
+    assert loaded.summary.space_version == SPACE_VERSION  # the space its sites were computed on
+
+    set_summary_fields(out, space_version=1)
+    assert load_file(out, "x86").summary.space_version == 1
+    with pytest.raises(TypeError):
+        set_summary_fields(out, no_such_field=1)
 
 
 def test_two_tlm_builds_in_fresh_processes_are_byte_identical(tmp_path):

@@ -115,6 +115,14 @@ def fixed_decider(decisions: tuple[Decision, ...]):
     return decide
 
 
+# What each space version added, append-only (a stored record's sketch index keeps its meaning):
+SPACE_VERSIONS = {
+    1: "MetaSchedule's sketches; on CUDA, the appended GEMM sketches of dense and batch matmuls",
+    2: "on CUDA, the appended implicit-GEMM sketches of NCHW convolutions",
+}
+SPACE_VERSION = max(SPACE_VERSIONS)
+
+
 class DesignSpace:
     """The sketches MetaSchedule's post-order-apply generates for one PrimFunc on one target; on
     CUDA, GEMMs get two more after them (cuda_gemm_sketch.py: vectorised, pipelined, split-K)."""
@@ -135,16 +143,20 @@ class DesignSpace:
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
         self.metaschedule_sketches = len(self.sketches)  # those before the appended GEMM sketches
-        # sketches the TLM has no training sentence of, so decoding does not offer them (a
-        # convolution's implicit-GEMM sketches, until the CUDA corpus measures them)
-        self.unseen_by_tlm: tuple[int, ...] = ()
+        # the space version that introduced each sketch (SPACE_VERSIONS): a TLM trained on an older
+        # space has no sentence of the newer ones, so decoding does not offer them (sketches_after)
+        self.sketch_versions: list[int] = [1] * len(self.sketches)
         if target.kind.name == "cuda":  # appended: MetaSchedule's sketch indexes keep their meaning
             from .cuda_gemm_sketch import gemm_sketches, is_conv
 
             arch = str(target.attrs.get("arch", "sm_90"))
-            self.sketches += gemm_sketches(self.mod, func, async_copy=int(arch[3:] or 0) >= 80)
-            if len(self.sketches) > self.metaschedule_sketches and is_conv(func):
-                self.unseen_by_tlm = tuple(range(self.metaschedule_sketches, len(self.sketches)))
+            appended = gemm_sketches(self.mod, func, async_copy=int(arch[3:] or 0) >= 80)
+            self.sketches += appended
+            self.sketch_versions += [2 if is_conv(func) else 1] * len(appended)
+
+    def sketches_after(self, version: int) -> tuple[int, ...]:
+        """The sketches a space of ``version`` did not have (what a TLM trained on it has never seen)."""
+        return tuple(i for i, v in enumerate(self.sketch_versions) if v > version)
 
     def steps(self, sketch: int) -> tuple[str, ...]:
         """The schedule instructions of a sketch's trace by kind (``"CacheWrite"``,

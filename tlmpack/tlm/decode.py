@@ -183,7 +183,7 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
         for _ in range(max_sketch_tries):
             session = _Session(tlm, prompt)
             chooser = _Chooser(session, rng, top_k)
-            hidden = getattr(space, "unseen_by_tlm", ())
+            hidden = space.sketches_after(tlm.summary.space_version)
             sketches = [s for s in range(len(space.sketches)) if s not in refused and s not in hidden]
             if not sketches:
                 break

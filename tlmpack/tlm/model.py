@@ -56,6 +56,7 @@ class TrainingSummary:
     sentences: int = 0
     seed: int = 0
     data: str = ""  # sha256 of the training set's sentences
+    space_version: int = 1  # schedule.space.SPACE_VERSIONS: the sketches its training sentences covered
 
     def to_json(self) -> dict:
         return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops)}
@@ -162,14 +163,19 @@ def load(target: str, path: str | None = None) -> LoadedTLM:
 def set_min_confidence(path: Path, value: float) -> str:
     """Rewrites a weights file's confidence floor (the same tensors, new metadata); returns the
     new sha256 (the model id changes with it: a build that used another floor chose differently)."""
+    return set_summary_fields(path, min_confidence=float(value))
+
+
+def set_summary_fields(path: Path, **fields: Any) -> str:
+    """Rewrites fields of a weights file's training summary (the same tensors); returns the new sha256."""
     from safetensors import safe_open
     from safetensors.numpy import load as load_bytes
     from safetensors.numpy import save_file
 
     with safe_open(str(path), "np") as f:
         meta = dict(f.metadata() or {})
-    summary = json.loads(meta["summary"])
-    summary["min_confidence"] = float(value)
+    summary = json.loads(meta["summary"]) | fields
+    TrainingSummary.from_json(summary)  # refuses a field the summary does not have
     meta["summary"] = json.dumps(summary, sort_keys=True)
     state = load_bytes(path.read_bytes())
     tmp = path.with_suffix(".tmp")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..schedule.space import SPACE_VERSION
 from ..tlm.language import TOKEN_ID
 from ..tlm.model import ModelShape, TrainingSummary, new_model, save
 from .dataset import Example, TrainingSet
@@ -172,7 +173,7 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
         ranges[info.kind] = [min(low, size), max(high, size)]
     summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
                               max(len(data.tasks), base.summary.tasks if base else 0),
-                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256)
+                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION)
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
     return report
