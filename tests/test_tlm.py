@@ -233,6 +233,8 @@ def test_auto_runs_the_tlm_on_x86_and_the_rules_on_cuda():
 
     assert BuildOptions().scheduler == "auto"
     assert scheduler_for("x86", "auto") == "tlm" and scheduler_for("cuda", "auto") == "heuristic"
+    assert scheduler_for("x86", "auto", cross_cpu=True) == "heuristic"  # another CPU: the rules
+    assert scheduler_for("x86", "tlm", cross_cpu=True) == "tlm"
     assert scheduler_for("cuda", "tlm") == "tlm" and scheduler_for("cuda", "baseline") == "dlight"
     assert scheduler_for("x86", "baseline") == "baseline"
 

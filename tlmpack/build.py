@@ -411,7 +411,7 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     from .emit.x86_weights import pack_graphs
     from .graph_fallbacks import x86_kernels_with_fallback
     from .lower.prepack import Packer
-    from .lower.x86 import x86_target
+    from .lower.x86 import host_cpu, x86_target
     from .runtime.batching import BATCH_PLANS_FILE, plan_costs
     from .schedule.estimate import lane_factor, task_flops
     from .schedule.hardware import detect_x86
@@ -420,10 +420,10 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     union = plans.x86_union
     target = x86_target(options.cpu, options.cores)
     hardware = detect_x86(target.features, options.cores, options.cache_kib)
-    say(f"scheduling {len(union.tasks)} tasks for x86 ({target.cpu}, scheduler="
-        f"{scheduler_for('x86', options.scheduler)})")
+    scheduler = scheduler_for("x86", options.scheduler, cross_cpu=target.cpu != host_cpu())
+    say(f"scheduling {len(union.tasks)} tasks for x86 ({target.cpu}, scheduler={scheduler})")
     scheduled = schedule_tasks(union, target.tvm_target(), "x86",
-                               SelectOptions(scheduler_for("x86", options.scheduler), options.tune, _tlm_weights(options),
+                               SelectOptions(scheduler, options.tune, _tlm_weights(options),
                                              _unseen_by_tlm(plans.x86_layout)),
                                hardware.lanes(32), say, hardware)
     plans.fallbacks += scheduled.fallbacks

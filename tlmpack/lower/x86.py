@@ -34,16 +34,23 @@ class X86Target:
         return tvm.target.Target({"kind": "llvm", "mcpu": self.cpu, "num-cores": self.num_cores})
 
 
+def host_cpu() -> str:
+    """LLVM's name of the build host's CPU."""
+    import tvm
+
+    return tvm.target.codegen.llvm_get_system_cpu()
+
+
 def x86_target(cpu: str | None = None, num_cores: int | None = None) -> X86Target:
     """Describes the target CPU; refuses names LLVM does not know."""
     import os
 
     import tvm
 
-    host_cpu = tvm.target.codegen.llvm_get_system_cpu()
-    cpu = cpu or host_cpu
-    if cpu != host_cpu and not tvm.target.codegen.llvm_is_valid_cpu(cpu, tvm.target.codegen.llvm_get_system_triple()):
-        raise LoweringError(f"--cpu {cpu!r}: LLVM does not know this CPU (the build host is {host_cpu!r})")
+    host = host_cpu()
+    cpu = cpu or host
+    if cpu != host and not tvm.target.codegen.llvm_is_valid_cpu(cpu, tvm.target.codegen.llvm_get_system_triple()):
+        raise LoweringError(f"--cpu {cpu!r}: LLVM does not know this CPU (the build host is {host!r})")
     target = tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": num_cores or os.cpu_count() or 1})
     llvm_features = set(tvm.target.codegen.llvm_get_cpu_features(target))
     features = tuple(sorted(flag for name, flag in _CPUINFO_FLAG.items() if name in llvm_features))

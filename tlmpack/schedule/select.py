@@ -187,13 +187,18 @@ SCHEDULERS = ("auto", "tlm", "heuristic", "baseline", "dlight")
 # What "auto" (the default) runs per target: the TLM on x86, where whole seed models built with it
 # match the rules; the rules on CUDA, where the shipped CUDA model lost to them on three of four seed
 # models on the H200 (BENCHMARKS.md, 2026-12-01) although it beat them on held-out corpus tasks.
-AUTO_SCHEDULER = {"x86": "tlm", "cuda": "heuristic"}
+# A cross build for another x86 (--cpu) runs the rules: there, on the H200 machine's AVX-512 Xeon,
+# the TLM adapted to it lost to them on all four transformer linear layers at 1, 4 and 16 threads
+# (1.1-5x slower; BENCHMARKS.md, 2026-12-01 19:45); `--scheduler tlm` still uses it.
+AUTO_SCHEDULER = {"x86": "tlm", "cuda": "heuristic", "x86-cross": "heuristic"}
 
 
-def scheduler_for(target_kind: str, scheduler: str) -> str:
-    """The scheduler a target runs for the build option ``scheduler``: ``auto`` resolved per target;
-    on CUDA, baseline is dlight (the first release's CUDA scheduler)."""
-    chosen = AUTO_SCHEDULER[target_kind] if scheduler == "auto" else scheduler
+def scheduler_for(target_kind: str, scheduler: str, cross_cpu: bool = False) -> str:
+    """The scheduler a target runs for the build option ``scheduler``: ``auto`` resolved per target
+    (and, on x86, per whether the kernels are for another CPU than the build host's); on CUDA,
+    baseline is dlight (the first release's CUDA scheduler)."""
+    kind = "x86-cross" if target_kind == "x86" and cross_cpu else target_kind
+    chosen = AUTO_SCHEDULER[kind] if scheduler == "auto" else scheduler
     if target_kind == "cuda" and chosen not in ("tlm", "heuristic"):
         return "dlight"
     return chosen
