@@ -95,7 +95,8 @@ def run(carry: Path, threads: list[int], runs: int, json_out: Path | None) -> No
             for t in threads:
                 session = ort_session(onnx_path, t)
                 ref = session.run(None, {"x": x})[0]
-                fns = {"ort": lambda s=session: s.run(None, {"x": x})}
+                feed = {"x": x}
+                fns = {"ort": lambda s=session, f=feed: s.run(None, f)}
                 models = []
                 for v, folder in folders.items():
                     model = rt.load(folder, device="cpu", num_threads=t)
@@ -103,7 +104,7 @@ def run(carry: Path, threads: list[int], runs: int, json_out: Path | None) -> No
                     err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
                     if not err < 1e-4:
                         raise RuntimeError(f"{label} {v} at {t} threads: rel err {err:.1e} against onnxruntime")
-                    fns[v] = lambda mdl=model: mdl.run(None, {"x": x})
+                    fns[v] = lambda mdl=model, f=feed: mdl.run(None, f)
                     models.append(model)
                 times = time_alternating(fns, runs, warmup=5)
                 ms = {e: statistics.median(ts) * 1e3 for e, ts in times.items()}
