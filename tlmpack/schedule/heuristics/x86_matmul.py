@@ -31,6 +31,7 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ...schedule.space import SamplingSite
@@ -87,7 +88,11 @@ def register_tile(vector_extent: int, rows_extent: int, lanes: int, accumulators
 def row_block(row_tiles: int, parallel_other: int, cores: int) -> int:
     """Register-row tiles a parallel task walks at level 1: as many as keep at least 8 parallel
     chunks per core, so the packed weight panel a task streams is reused by more rows (read
-    once for all of a dense layer's rows when the column tiles alone fill the cores)."""
+    once for all of a dense layer's rows when the column tiles alone fill the cores).
+    TLMPACK_X86_ROW_BLOCK=all (an experiment, bench/remote_x86_gemm.py) puts every row tile at
+    level 1: the parallel loop then runs column tiles outside row tiles."""
+    if os.environ.get("TLMPACK_X86_ROW_BLOCK", "") == "all":
+        return row_tiles
     for block in range(row_tiles, 0, -1):
         if row_tiles % block == 0 and (row_tiles // block) * parallel_other >= 8 * cores:
             return block
