@@ -38,7 +38,9 @@ SHAPES = [("bert-qkv", 128, 768, 768), ("gpt2-attn", 128, 768, 2304),
           ("bert-ffn1", 128, 768, 3072), ("bert-ffn2", 128, 3072, 768)]
 
 # variant name -> (scheduler, extra environment): rules experiments
-VARIANTS = {"rows-all": ("heuristic", {"TLMPACK_X86_ROW_BLOCK": "all"})}
+# (2026-12-01 19:55 "rows-all" was ("heuristic", {"TLMPACK_X86_ROW_BLOCK": "all"}) at commit 2231d8d,
+# since the rule for dense layers)
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {}
 
 
 def linear_onnx(path: Path, m: int, k: int, n: int, seed: int = 0) -> None:

@@ -194,3 +194,25 @@ def test_a_depthwise_convolution_pads_inside_its_parallel_chunks_and_a_dense_one
 
     assert pad_location(_nhwc_conv_relu6(64, 64, 3, groups=64)) >= 0  # under a loop
     assert pad_location(_nhwc_conv_relu6(64, 64, 3)) == -1  # its own block at the root
+
+
+def test_a_dense_layer_on_many_cores_runs_column_tiles_outside_row_tiles():
+    """With every row tile at level 1, the parallel loop walks columns outside rows: each thread
+    streams its weight panels once (16-core Xeon, 16 threads: BERT-base 45.5 -> 36.4 ms). A
+    convolution keeps enough chunks outside level 1."""
+    from tvm import te
+
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.hardware import detect_x86
+    from tlmpack.schedule.heuristics.x86_matmul import row_block
+    from tlmpack.schedule.select import schedule_with_rules
+
+    a, w = te.placeholder((128, 768), name="A"), te.placeholder((768, 768), name="W")
+    k = te.reduce_axis((0, 768), name="k")
+    func = te.create_prim_func([a, w, te.compute((128, 768), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k))])
+    target = x86_target("skylake-avx512", 16)
+    choice = schedule_with_rules(func, target.tvm_target(), "x86", detect_x86(target.features, 16))
+    rows = choice.decisions[0].value
+    assert rows[0] == 1 and rows[1] * rows[3] == 128  # all 16 row tiles of 8 at level 1
+    assert "T.parallel(384" in str(choice.func)  # the same chunk count as before: 24 column x 16 row tiles
+    assert row_block(16, 24, 16, convolution=True) == 2  # a convolution: 8 x 24 >= 8 chunks a core

@@ -9,8 +9,10 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   two full vectors, and ``rows`` of the loop that the vector-loaded operand ignores (its value is
   broadcast), so each FMA has an independent accumulator: accumulators ≈ FMA latency (4) × FMA
   ports (2) = 8 on AVX2 (16 ymm registers), 16 with AVX-512's 32 registers;
-- level 1 walks as many register-row tiles as keep 8 parallel chunks per core, so a task reuses
-  the packed weight panel it streams across more rows (bert-base's dense layers: 196 -> 175 ms);
+- level 1 walks every register-row tile of a dense layer (columns outside rows in the parallel
+  loop: each thread streams its weight panels once; 16-core Xeon: BERT-base 45.5 -> 36.4 ms) and,
+  for a convolution, as many as keep 8 parallel chunks per core, so a task reuses the packed
+  weight panel it streams across more rows (bert-base's dense layers: 196 -> 175 ms);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
 - unroll 64 (0 is 2-3x slower, more gains nothing); a convolution's padding is never inlined
@@ -31,7 +33,6 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ...schedule.space import SamplingSite
@@ -85,13 +86,17 @@ def register_tile(vector_extent: int, rows_extent: int, lanes: int, accumulators
     return best[3], best[4]
 
 
-def row_block(row_tiles: int, parallel_other: int, cores: int) -> int:
-    """Register-row tiles a parallel task walks at level 1: as many as keep at least 8 parallel
-    chunks per core, so the packed weight panel a task streams is reused by more rows (read
-    once for all of a dense layer's rows when the column tiles alone fill the cores).
-    TLMPACK_X86_ROW_BLOCK=all (an experiment, bench/remote_x86_gemm.py) puts every row tile at
-    level 1: the parallel loop then runs column tiles outside row tiles."""
-    if os.environ.get("TLMPACK_X86_ROW_BLOCK", "") == "all":
+def row_block(row_tiles: int, parallel_other: int, cores: int, convolution: bool = False) -> int:
+    """Register-row tiles a parallel task walks at level 1.
+
+    A dense or batch matmul puts all of them there: the postprocessor fuses level 1 into the
+    parallel loop anyway (as many chunks as before), but with the column tiles outside the row
+    tiles, so each thread streams its few weight panels once for all rows instead of every
+    panel once per row block (the H200 machine's 16-core Xeon, 16 threads: BERT's linear layers
+    1.2-1.4x faster, BERT-base 45.5 -> 36.4 ms; on 2 cores the old rule already chose this).
+    A convolution keeps as many as leave at least 8 parallel chunks per core outside level 1
+    (its row operand, an input patch, is large; not measured the other way)."""
+    if not convolution:
         return row_tiles
     for block in range(row_tiles, 0, -1):
         if row_tiles % block == 0 and (row_tiles // block) * parallel_other >= 8 * cores:
@@ -168,7 +173,7 @@ class X86Matmul(Rule):
                 parallel_other *= site.extent
         for position, site in enumerate(spatial[:last]):
             if position == rows_at:
-                block = row_block(site.extent // rows, parallel_other, hardware.cores)
+                block = row_block(site.extent // rows, parallel_other, hardware.cores, is_convolution(task))
                 chosen[site.index] = (site.extent // (rows * block), block, 1, rows)
             else:
                 chosen[site.index] = (site.extent, 1, 1, 1)
