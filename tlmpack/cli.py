@@ -175,8 +175,8 @@ def main(debug: bool) -> None:
                    "of onnxruntime/torch on x86 and CUDA; --exact-math keeps libm's functions.")
 @click.option("--scheduler", default="auto", show_default=True,
               type=click.Choice(["auto", "tlm", "heuristic", "baseline", "dlight"]),
-              help="Who picks the schedules: auto (tlm on x86, heuristic on CUDA, where the shipped CUDA model "
-                   "lost to the rules on whole models), tlm (the Tensor Language Model, no search; the rules where it is "
+              help="Who picks the schedules: auto (tlm on x86 for this machine's CPU; heuristic on CUDA and for "
+                   "another --cpu, where the TLM lost to the rules on whole models and layers), tlm (the Tensor Language Model, no search; the rules where it is "
                    "unsure or the task is unlike its training), heuristic (compile-time rules from the hardware "
                    "description), or baseline/dlight (the first release's fixed x86 rules and TVM dlight on CUDA). "
                    "tlm and heuristic pre-pack x86 weights.")
