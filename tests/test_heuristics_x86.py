@@ -234,3 +234,18 @@ def test_a_weight_bound_convolution_streams_each_weight_panel_once(host, cin, co
     n, h, w, c = _spatial_tiles(_nhwc_conv_relu6(cin, cout, kernel, size=size), host)
     assert (n[0] * h[0] * w[0] == 1) == channels_outer
     assert c[0] * n[0] * h[0] * w[0] >= 8 * host[1].cores  # enough parallel chunks either way
+
+
+def test_a_channels_first_convolution_is_never_weight_bound():
+    """The weight-bound order moves the loops before the last into level 1; in NCHW the last loop is
+    a row of pixels, not the output channels the weight follows."""
+    from tvm import te, topi
+
+    from tlmpack.schedule.heuristics.classify import classify
+    from tlmpack.schedule.heuristics.x86_matmul import weight_bound
+
+    data = te.placeholder((1, 512, 9, 9), name="data")
+    weight = te.placeholder((512, 512, 3, 3), name="weight")
+    func = te.create_prim_func([data, weight, topi.nn.conv2d_nchw(data, weight, 1, 0, 1)])
+    assert not weight_bound(classify(func))
+    assert weight_bound(classify(_nhwc_conv_relu6(512, 512, 3, size=7)))

@@ -155,6 +155,9 @@ def weight_bound(task: TaskClass) -> bool:
     channels."""
     if not is_convolution(task) or task.block.startswith("group_conv") or not task.reduction:
         return False
+    last = len(task.spatial) - 1
+    if not any(set(ignored) == set(range(last)) for ignored in task.reuse.values()):
+        return False  # not channels-last: the weight does not follow the output's last loop
     weight = task.spatial[-1] * macs_per_output(task)
     return weight >= WEIGHT_BOUND_RATIO * math.prod(task.spatial[:-1]) * task.reduction[-1]
 
