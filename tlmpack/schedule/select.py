@@ -275,7 +275,8 @@ def _grid_check(space: DesignSpace, hardware: Any) -> PointCheck | None:
 
 
 def _register_check(func, hardware: Any) -> PointCheck | None:
-    """x86 matmul-like tasks: the register tile keeps x86_registers.register_tile_bounds."""
+    """x86 matmul-like tasks: the register tile keeps x86_registers.register_tile_bounds, with at
+    most MAX_ROW_VECTORS vectors a row."""
     from .heuristics.classify import classify
     from .x86_registers import MAX_ROW_VECTORS, register_tile_bounds, register_tile_vectors, row_vectors
 
