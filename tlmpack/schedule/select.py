@@ -280,9 +280,10 @@ def _grid_check(space: DesignSpace, hardware: Any) -> PointCheck | None:
 
 
 def _register_check(func, hardware: Any) -> PointCheck | None:
-    """x86 matmul-like tasks: the register tile keeps x86_registers.register_tile_bounds."""
+    """x86 matmul-like tasks: the register tile keeps x86_registers.register_tile_bounds, with at
+    most MAX_ROW_VECTORS vectors a row."""
     from .heuristics.classify import classify
-    from .x86_registers import register_tile_bounds, register_tile_vectors
+    from .x86_registers import MAX_ROW_VECTORS, register_tile_bounds, register_tile_vectors, row_vectors
 
     task = classify(func)
     if task.kind != "matmul":
@@ -293,8 +294,18 @@ def _register_check(func, hardware: Any) -> PointCheck | None:
     def vectors(d) -> int | None:
         return register_tile_vectors(tuple(task.spatial), d.decisions, lanes)
 
-    return PointCheck("register tile", lambda d: vectors(d) is None or low <= vectors(d) <= high,
-                      lambda d: f"register tile of {vectors(d)} accumulator vectors outside {low}..{high}")
+    def per_row(d) -> int:
+        return row_vectors(tuple(task.spatial), d.decisions, lanes) or 0
+
+    def fits(d) -> bool:
+        return vectors(d) is None or (low <= vectors(d) <= high and per_row(d) <= MAX_ROW_VECTORS)
+
+    def why_not(d) -> str:
+        if vectors(d) is not None and not low <= vectors(d) <= high:
+            return f"register tile of {vectors(d)} accumulator vectors outside {low}..{high}"
+        return f"register tile rows of {per_row(d)} vectors, over {MAX_ROW_VECTORS}"
+
+    return PointCheck("register tile", fits, why_not)
 
 
 def _first_that_fits(tlm, space: DesignSpace, hardware: Any, info, decoded: list,

@@ -8,11 +8,19 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
 - level 3 holds the register tile: the last spatial loop (contiguous in the output) as one or
   two full vectors, and ``rows`` of the loop that the vector-loaded operand ignores (its value is
   broadcast), so each FMA has an independent accumulator: accumulators ≈ FMA latency (4) × FMA
-  ports (2) = 8 on AVX2 (16 ymm registers), 16 with AVX-512's 32 registers;
+  ports (2) = 8 on AVX2 (16 ymm registers), 16 with AVX-512's 32 registers; when that loop is
+  too short for the best tile, the rows come from two loops (a channels-last convolution's H and
+  W: a 14x14 map gets 2 x 2 pixels of two vectors, not 7 pixels of one; ResNet-50's 14x14 3x3
+  convolution over 256 channels, one thread: 3009 -> 2463 us, its 1x1 1024 -> 256 1349 -> 1071 us);
 - level 1 walks every register-row tile of a dense layer (columns outside rows in the parallel
   loop: each thread streams its weight panels once; 16-core Xeon: BERT-base 45.5 -> 36.4 ms) and,
   for a convolution, as many as keep 8 parallel chunks per core, so a task reuses the packed
   weight panel it streams across more rows (bert-base's dense layers: 196 -> 175 ms);
+  a convolution with far more weights than inputs (weight_bound) moves its pixel loops into level
+  1 as well, as far as the cores' chunks allow, so each weight panel is read once per call and
+  not once per row of pixels (ResNet-50's 7x7 stage in the whole model, one thread: 3x3 over 512
+  channels 4559 -> 3788 us, 1x1 1024 -> 2048 4353 -> 3259 us; in isolation, weights in cache,
+  no change);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
 - unroll 64 (0 is 2-3x slower, more gains nothing); a convolution's padding is never inlined
@@ -33,6 +41,7 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...schedule.space import SamplingSite
@@ -66,6 +75,46 @@ def rows_axis(task: TaskClass) -> int | None:
             if candidates:
                 return max(candidates, key=lambda a: (task.spatial[a], a))
     return None
+
+
+def second_rows_axis(task: TaskClass, first: int) -> int | None:
+    """Another loop whose rows the register tile may take, beside ``first``: the largest other
+    spatial loop (not the last) that the vector-loaded operand ignores too, when some operand is
+    broadcast along the vector (it ignores the last loop). A channels-last convolution's H beside
+    W: a 14-wide map gets 2 x 2 pixels of 2 vectors (8 accumulators) instead of 7 pixels of one.
+    None for a depthwise convolution, whose input is vector-loaded per pixel as well."""
+    last = len(task.spatial) - 1
+    if not any(last in ignored for ignored in task.reuse.values()):
+        return None
+    for ignored in task.reuse.values():
+        if last not in ignored and first in ignored:
+            candidates = [a for a in ignored if a not in (first, last) and task.spatial[a] > 1]
+            if candidates:
+                return max(candidates, key=lambda a: (task.spatial[a], a))
+    return None
+
+
+def register_tile_2d(vector_extent: int, rows_extent: int, second_extent: int, lanes: int,
+                     accumulators: int) -> tuple[int, int, int]:
+    """(innermost extent, rows, second rows): register_tile's choice with the rows taken from two
+    loops (their product), each split exactly. The same ranking, then the fewest second rows, so
+    a loop that alone gives the best tile keeps it (a 56-wide map: 4 x 1 pixels of 2 vectors)."""
+    best = (0, 0, 0, 0, 0, 0, 0)
+    for vectors in range(1, 3):
+        inner = vectors * lanes
+        if vector_extent % inner:
+            continue
+        budget = accumulators // vectors
+        for second in range(1, min(second_extent, budget) + 1):
+            if second_extent % second:
+                continue
+            rows = largest_divisor_at_most(rows_extent, budget // second)
+            total = rows * second
+            best = max(best, (vectors * total, -(vectors + total), -vectors, -second, inner, rows, second))
+    if best[0] == 0:
+        inner, rows = register_tile(vector_extent, rows_extent, lanes, accumulators)
+        return inner, rows, 1
+    return best[4], best[5], best[6]
 
 
 def register_tile(vector_extent: int, rows_extent: int, lanes: int, accumulators: int) -> tuple[int, int]:
@@ -102,6 +151,34 @@ def row_block(row_tiles: int, parallel_other: int, cores: int, convolution: bool
         if row_tiles % block == 0 and (row_tiles // block) * parallel_other >= 8 * cores:
             return block
     return 1
+
+
+# a dense convolution with this many times more weights than input elements streams its weight
+# panels once (module notes); ResNet-50's 28x28 3x3 convolutions (1.5x) measured slower that way
+WEIGHT_BOUND_RATIO = 2
+
+
+def weight_bound(task: TaskClass) -> bool:
+    """A dense convolution whose weight outweighs its input (elements: output channels x the
+    reduction, against output pixels x input channels, so a strided one's input is undercounted):
+    ResNet-50's later stages, 2.4 M weights for 25 k inputs in a 7x7 3x3 convolution over 512
+    channels."""
+    if not is_convolution(task) or task.block.startswith("group_conv") or not task.reduction:
+        return False
+    last = len(task.spatial) - 1
+    if not any(set(ignored) == set(range(last)) for ignored in task.reuse.values()):
+        return False  # not channels-last: the weight does not follow the output's last loop
+    weight = task.spatial[-1] * macs_per_output(task)
+    return weight >= WEIGHT_BOUND_RATIO * math.prod(task.spatial[:-1]) * task.reduction[-1]
+
+
+def outer_chunks(tiles: int, others: int, cores: int) -> int:
+    """How many of a loop's ``tiles`` stay in the parallel level-0 loop: the fewest (a divisor)
+    that, with the ``others`` chunks of the other level-0 loops, keep 8 parallel chunks per core."""
+    for count in range(1, tiles + 1):
+        if tiles % count == 0 and count * others >= 8 * cores:
+            return count
+    return tiles
 
 
 # a convolution with at most this many multiply-adds per output element is bound by memory, and
@@ -163,20 +240,39 @@ class X86Matmul(Rule):
         rows_at = rows_axis(task)
         if rows_at is None or rows_at == last:
             rows_at = last - 1
-        inner, rows = register_tile(spatial[last].extent, spatial[rows_at].extent, lanes, accumulators)
+        second_at = second_rows_axis(task, rows_at)
+        if second_at is None:
+            inner, rows = register_tile(spatial[last].extent, spatial[rows_at].extent, lanes, accumulators)
+            second = 1
+        else:
+            inner, rows, second = register_tile_2d(spatial[last].extent, spatial[rows_at].extent,
+                                                   spatial[second_at].extent, lanes, accumulators)
         chosen[spatial[last].index] = (spatial[last].extent // inner, 1, 1, inner)
         parallel_other = 1  # parallel chunks from the loops kept outermost
         for position, site in enumerate(spatial):
             if position == last:
                 parallel_other *= site.extent // inner
+            elif position == second_at:
+                parallel_other *= site.extent // second
             elif position != rows_at:
                 parallel_other *= site.extent
         for position, site in enumerate(spatial[:last]):
             if position == rows_at:
                 block = row_block(site.extent // rows, parallel_other, hardware.cores, is_convolution(task))
                 chosen[site.index] = (site.extent // (rows * block), block, 1, rows)
+            elif position == second_at:
+                chosen[site.index] = (site.extent // second, 1, 1, second)
             else:
                 chosen[site.index] = (site.extent, 1, 1, 1)
+        if weight_bound(task):
+            # level 0 loops fuse in loop order (n, h, w, c): with the loops before the channels kept
+            # outer, every chunk of pixels streams all the weight panels again; moved into level 1
+            # (as far as the cores' chunks allow), each panel is read once and reused from cache
+            for site in spatial[:last]:
+                first, block, middle, innermost = chosen[site.index]
+                others = math.prod(chosen[s.index][0] for s in spatial if s is not site)
+                count = outer_chunks(first, others, hardware.cores)
+                chosen[site.index] = (count, first // count * block, middle, innermost)
         for site in sites:
             if site.kind == "tile" and site.parts == 2:
                 bound = site.max_innermost if site.max_innermost > 0 else site.extent
