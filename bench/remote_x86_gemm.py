@@ -7,7 +7,7 @@ shape and thread count: where a model's gap on that machine comes from, kernel b
         [--variants auto heuristic auto@haswell]                                   # here
     python3 bench/remote_x86_gemm.py run CARRY [--threads 1 4 16] [--runs 60] [--json OUT]  # there
 
-A variant is a scheduler (`auto`, `heuristic`, ...) or a rules experiment of VARIANTS, optionally `@CPU` to build for another LLVM CPU
+A variant is a scheduler (`auto`, `heuristic`, ...), optionally `@CPU` to build for another LLVM CPU
 than --cpu (e.g. `auto@haswell`: the same machine with AVX2 code, to tell the vector width from the
 schedule). Weights are multiples of 1/16 in [-0.5, 0.5) so the artifacts compress for the carry
 (the timing does not depend on the values). Reported: median ms, GFLOP/s and tlmpack / onnxruntime.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
-import os
 import shutil
 import statistics
 import subprocess
@@ -37,10 +36,6 @@ sys.path.insert(0, str(HERE.parent))
 SHAPES = [("bert-qkv", 128, 768, 768), ("gpt2-attn", 128, 768, 2304),
           ("bert-ffn1", 128, 768, 3072), ("bert-ffn2", 128, 3072, 768)]
 
-# variant name -> (scheduler, extra environment): rules experiments
-# (2026-12-01 19:55 "rows-all" was ("heuristic", {"TLMPACK_X86_ROW_BLOCK": "all"}) at commit 2231d8d,
-# since the rule for dense layers)
-VARIANTS: dict[str, tuple[str, dict[str, str]]] = {}
 
 
 def linear_onnx(path: Path, m: int, k: int, n: int, seed: int = 0) -> None:
@@ -69,11 +64,10 @@ def prepare(work: Path, carry: Path, cpu: str, cores: int, variants: list[str]) 
             shutil.copyfileobj(src, dst)
         for v in variants:
             scheduler, _, other_cpu = v.partition("@")
-            scheduler, env = VARIANTS.get(scheduler, (scheduler, {}))
             out = work / f"{label}.{v}.tar"
             subprocess.run([sys.executable, "-m", "tlmpack.cli", "build", str(onnx_path), "-t", "x86", "--cpu",
                             other_cpu or cpu, "--cores", str(cores), "--scheduler", scheduler, "-o", str(out)],
-                           check=True, env={**os.environ, **env})
+                           check=True)
             with open(out, "rb") as src, lzma.open(carry / f"{label}.{v}.tar.xz", "wb", preset=6) as dst:
                 shutil.copyfileobj(src, dst)
     (carry / "gemm.json").write_text(json.dumps({"shapes": SHAPES, "variants": variants, "cpu": cpu,

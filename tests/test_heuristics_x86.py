@@ -237,7 +237,7 @@ def _spatial_tiles(func, host) -> list[tuple[int, ...]]:
 
 def test_a_14x14_convolution_tiles_2x2_pixels_of_two_vectors(host):
     """One thread, ResNet-50's 14x14 3x3 convolution over 256 channels: 3009 -> 2463 us
-    (7 pixels of one vector -> 2 x 2 pixels of two; NOTES-x86gap.md)."""
+    (7 pixels of one vector -> 2 x 2 pixels of two; BENCHMARKS.md, 2026-12-01 19:40)."""
     n, h, w, c = _spatial_tiles(_nhwc_conv_relu6(256, 256, 3), host)
     assert (h[3], w[3], c[3]) == (2, 2, 16)
 

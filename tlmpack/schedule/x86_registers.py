@@ -18,15 +18,23 @@ from .records import Decision
 OPERAND_REGISTERS = 2  # the broadcast and the vector-loaded operand of each FMA
 # vectors of the last loop per row of the tile: the rules' own cap (heuristics/x86_matmul.py); the
 # shipped TLM's 2 rows x 4 vectors for GPT-2's FFN up projection (128 x 768 -> 3072) ran 1.10x
-# slower than the rules' 4 x 2 (7589 vs 6918 us, one thread, NOTES-x86gap.md)
+# slower than the rules' 4 x 2 (7589 vs 6918 us, one thread; BENCHMARKS.md, 2026-12-01 19:40)
 MAX_ROW_VECTORS = 2
 
 
-def register_tile_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, ...], lanes: int) -> int | None:
-    """Accumulator vectors of the point's innermost tile, or None when its 4-way spatial tiles do
-    not match the task's spatial loops (another sketch shape: nothing to check)."""
+def _innermost_tiles(spatial: tuple[int, ...], decisions: tuple[Decision, ...]) -> list[tuple] | None:
+    """The point's 4-way spatial tiles, or None when they do not match the task's spatial loops
+    (another sketch shape: nothing to check)."""
     tiles = [d.value for d in decisions if d.kind == "tile" and isinstance(d.value, tuple) and len(d.value) == 4]
     if len(tiles) != len(spatial) or [math.prod(t) for t in tiles] != list(spatial):
+        return None
+    return tiles
+
+
+def register_tile_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, ...], lanes: int) -> int | None:
+    """Accumulator vectors of the point's innermost tile, or None for another sketch shape."""
+    tiles = _innermost_tiles(spatial, decisions)
+    if tiles is None:
         return None
     vectors = math.ceil(tiles[-1][3] / lanes)
     for tile in tiles[:-1]:
@@ -37,10 +45,8 @@ def register_tile_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, .
 def row_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, ...], lanes: int) -> int | None:
     """Vectors of the last spatial loop in the point's innermost tile (one row's accumulators), or
     None for another sketch shape."""
-    tiles = [d.value for d in decisions if d.kind == "tile" and isinstance(d.value, tuple) and len(d.value) == 4]
-    if len(tiles) != len(spatial) or [math.prod(t) for t in tiles] != list(spatial):
-        return None
-    return math.ceil(tiles[-1][3] / lanes)
+    tiles = _innermost_tiles(spatial, decisions)
+    return None if tiles is None else math.ceil(tiles[-1][3] / lanes)
 
 
 def register_tile_bounds(hardware: Any, spatial: tuple[int, ...] = ()) -> tuple[int, int]:
