@@ -171,6 +171,36 @@ def test_generated_cuda_has_16_byte_cp_async_and_compiles(shape, bias, tvm_targe
                     str(cu)], check=True, capture_output=True)
 
 
+def _matmul_gelu(m: int, k: int, n: int, batch: int = 1):
+    """ONNX BERT's FFN up-projection as Relax legalizes it: [batch, m, k] x [k, n] + bias, then
+    erf-GELU, whose blocks read the biased product twice (x / sqrt 2 and x * (1 + erf))."""
+    from tvm import te, topi
+
+    a = te.placeholder((batch, m, k), name="A")
+    w = te.placeholder((k, n), name="W")
+    bias = te.placeholder((n,), name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((batch, m, n), lambda b, i, j: te.sum(a[b, i, r] * w[r, j], axis=r), name="matmul")
+    x = topi.add(c, bias)
+    gelu = topi.multiply(topi.multiply(x, topi.add(topi.fast_erf(topi.divide(x, 1.4142135)), 1.0)), 0.5)
+    return te.create_prim_func([a, w, bias, gelu])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", [(1, 128, 768, 3072), (16, 128, 768, 3072), (1, 2048, 768, 3072)])
+def test_a_gelu_epilogue_that_reads_its_input_twice_goes_into_the_gemms_write_back(shape, tvm_target, hw):
+    from tlmpack.lower.cuda import cuda_target, generate
+    from tlmpack.schedule.select import schedule_with_rules
+
+    batch, m, k, n = shape
+    choice = schedule_with_rules(_matmul_gelu(m, k, n, batch), tvm_target, "cuda", hw)
+    assert choice.rule == "cuda-gemm"  # was cuda-matmul: the chain's first inline orphaned x's second read
+    source, launches = generate({"t": choice.func.with_attr("tirx.is_scheduled", True)}, cuda_target(("sm_90",)))
+    split = any(s.startswith("RFactor") for s in _space(_matmul_gelu(m, k, n, batch), tvm_target).steps(choice.sketch))
+    assert len(launches["t"].launches) == (2 if split else 1)  # the epilogue runs in the write-back
+    assert "cp_async_legacy_cg_16" in source
+
+
 @needs_nvcc
 def test_no_cp_async_below_sm_80(hw):
     from tvm.target import Target

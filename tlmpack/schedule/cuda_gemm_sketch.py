@@ -275,13 +275,38 @@ def _producer_of(sch, block, buffer_name: str) -> str | None:
 
 def _reverse_inline_consumers(sch, local) -> None:
     """Injective epilogues (bias, activation) into the write-back; what does not go stays a block
-    of its own, bound by RewriteUnboundBlock."""
-    root = sch.get_sblock("root")
-    blocks = [sch.get(b).name_hint for b in sch.get_child_blocks(root)]
-    write_back = sch.get(local).name_hint
-    after = blocks[blocks.index(write_back) + 1:] if write_back in blocks else []
+    of its own, bound by RewriteUnboundBlock. An epilogue that reads one value in two blocks (GELU:
+    x * (1 + erf(x / sqrt 2)) / 2 reads x twice) is first folded into its last block: inlining the
+    chain's first consumer alone would leave the other reading a buffer nobody writes."""
+    after = _blocks_after(sch, local)
+    if _fans_out(sch, after):
+        for name in after[:-1]:
+            try:
+                sch.compute_inline(sch.get_sblock(name))
+            except Exception:  # noqa: BLE001 - TVM's ScheduleError: the chain stays as it is
+                break
+        after = _blocks_after(sch, local)
+        if _fans_out(sch, after):
+            return
     for name in after:
         try:
             sch.reverse_compute_inline(sch.get_sblock(name))
         except Exception:  # noqa: BLE001
             return
+
+
+def _blocks_after(sch, local) -> list[str]:
+    """The names of the root's blocks after the write-back ``local``, in order."""
+    root = sch.get_sblock("root")
+    blocks = [sch.get(b).name_hint for b in sch.get_child_blocks(root)]
+    write_back = sch.get(local).name_hint
+    return blocks[blocks.index(write_back) + 1:] if write_back in blocks else []
+
+
+def _fans_out(sch, names: list[str]) -> bool:
+    """Whether some buffer is read by more than one of the blocks ``names``."""
+    readers: dict[str, int] = {}
+    for name in names:
+        for buffer in {r.source.name for r in sch.get(sch.get_sblock(name)).reads}:
+            readers[buffer] = readers.get(buffer, 0) + 1
+    return any(count > 1 for count in readers.values())
