@@ -57,6 +57,20 @@ VARIANTS = {
 }
 
 
+def variant(name: str) -> tuple[list[str], dict[str, str]]:
+    """Build arguments and environment of a scheduler or VARIANTS name, or of an experiment point
+    ``x-TMxTN-TYxTX-bkBK[-sSTAGES][-ak]`` (cuda-gemm forced to that whole-K tile, a pipeline of
+    STAGES, A's shared tile k-major: TLMPACK_GEMM_EXPERIMENT, an A/B knob)."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    if not name.startswith("x-"):
+        return ["--scheduler", name], {}
+    regs, threads, bk, *rest = name[2:].split("-")
+    knobs = [f"plan={regs}/{threads}/{bk.removeprefix('bk')}"]
+    knobs += [f"stages={r[1:]}" for r in rest if r.startswith("s")] + ["a_k_major=1" for r in rest if r == "ak"]
+    return ["--scheduler", "heuristic"], {"TLMPACK_GEMM_EXPERIMENT": ",".join(knobs)}
+
+
 def gemm_onnx(path: Path, m: int, k: int, n: int) -> None:
     import onnx
     from onnx import TensorProto, helper
@@ -69,19 +83,26 @@ def gemm_onnx(path: Path, m: int, k: int, n: int) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-def prepare(work: Path, carry: Path, schedulers: list[str]) -> None:
+def prepare(work: Path, carry: Path, schedulers: list[str], labels: list[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     carry.mkdir(parents=True, exist_ok=True)
-    for label, m, k, n in SHAPES:
+    shapes = [s for s in SHAPES if not labels or s[0] in labels]
+    for label, m, k, n in shapes:
         onnx_path = work / f"{label}.onnx"
         gemm_onnx(onnx_path, m, k, n)
         for s in schedulers:
             out = carry / f"{label}.{s}.tar"
             if not out.exists():
-                args, env = VARIANTS.get(s, (["--scheduler", s], {}))
+                args, env = variant(s)
                 subprocess.run([sys.executable, "-m", "tlmpack.cli", "build", str(onnx_path), "-t", "cuda",
                                 *args, "-o", str(out)], check=True, env={**os.environ, **env})
-    (carry / "gemm.json").write_text(json.dumps({"shapes": SHAPES, "schedulers": schedulers}))
+    (carry / "gemm.json").write_text(json.dumps({"shapes": shapes, "schedulers": schedulers}))
+
+
+def packed_artifact(carry: Path, stem: str) -> Path:
+    """STEM.tar, or STEM.tar.xz where the carry was compressed to fit (tarfile reads either)."""
+    plain = carry / f"{stem}.tar"
+    return plain if plain.exists() else carry / f"{stem}.tar.xz"
 
 
 def kernel_ms(model, feed: dict, runs: int) -> float:
@@ -134,9 +155,11 @@ def run(carry: Path, runs: int, json_out: Path | None) -> int:
             row = {"shape": label, "m": m, "k": k, "n": n}
             for s in schedulers:
                 folder = Path(scratch) / f"{label}.{s}"
-                with tarfile.open(carry / f"{label}.{s}.tar") as tar:
+                with tarfile.open(packed_artifact(carry, f"{label}.{s}")) as tar:
                     tar.extractall(folder, filter="data")
                 model = rt.load(folder, device="cuda")
+                chosen = json.loads((folder / "manifest.json").read_text())["subgraphs"][0]["schedules"][0]
+                row[f"{s}_schedule"] = f"{chosen['note']} sketch {chosen['sketch']} {chosen['decisions'][:3]}"
                 (out,) = model.run(None, {"A": a, "B": b})
                 row[f"{s}_err"] = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
                 row[f"{s}_ms"] = median_ms(lambda mod=model, x=ta, y=tb: mod.run(None, {"A": x, "B": y}, output_device="cuda"),
@@ -181,13 +204,14 @@ def main() -> int:
     p.add_argument("work", type=Path)
     p.add_argument("carry", type=Path)
     p.add_argument("--schedulers", nargs="+", default=["tlm", "heuristic"])
+    p.add_argument("--shapes", nargs="+", help="labels of SHAPES to build (default: all)")
     r = sub.add_parser("run")
     r.add_argument("carry", type=Path)
     r.add_argument("--runs", type=int, default=100)
     r.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.cmd == "prepare":
-        prepare(args.work, args.carry, args.schedulers)
+        prepare(args.work, args.carry, args.schedulers, args.shapes)
         return 0
     return run(args.carry, args.runs, args.json)
 

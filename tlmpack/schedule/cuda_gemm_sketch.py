@@ -190,6 +190,8 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
             # unit loops kept: the trace's shape must not depend on the sampled tiles
             sch.compute_at(shared, ko, preserve_unit_loops=True)
             ndim = len(sch.get(shared).writes[0].source.shape)
+            if operand == "A" and conv is None and _EXPERIMENT.get("a_k_major"):
+                sch.transform_layout(shared, ("write", 0), _swap_last_two(ndim))
             if conv is not None:  # rows of W's tile (co) or of the input's box (n): 4 words, mod 16
                 sch.storage_align(shared, 0, axis=0, factor=16, offset=SHARED_ROW_PAD)
             else:
@@ -214,7 +216,10 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
             _reverse_inline_consumers(sch, local_final)
         else:
             _reverse_inline_consumers(sch, local)
-        for key, value in PIPELINE.items():
+        pipeline = dict(PIPELINE)
+        if _EXPERIMENT.get("stages"):
+            pipeline["software_pipeline_stage"] = [0, 0, int(_EXPERIMENT["stages"]) - 1]
+        for key, value in pipeline.items():
             if async_copy or key != "software_pipeline_async_stages":
                 sch.annotate(ko, key, value)
         root = sch.get_sblock("root")
@@ -223,6 +228,17 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
     except Exception:  # noqa: BLE001 - TVM's ScheduleError: this task does not take the sketch
         return None
     return sch
+
+
+import os  # noqa: E402
+
+_EXPERIMENT = dict(kv.split("=") for kv in os.environ.get("TLMPACK_GEMM_EXPERIMENT", "").split(",") if kv)
+
+
+def _swap_last_two(ndim: int):
+    from tvm import tirx
+
+    return tirx.IndexMap.from_func(lambda *idx: (*idx[:-2], idx[-1], idx[-2]), ndim=ndim)
 
 
 def _inline_around(sch, main: str, keep: str | None = None) -> bool:

@@ -84,6 +84,9 @@ def plan(task: TaskClass, hw: Any, split_k: bool | None = None) -> dict | None:
         return None
     m, n, k, batch = extents
     conv = _conv_shape(task)
+    forced = _forced_plan(m, n, k)
+    if forced is not None and not conv:
+        return forced if split_k is not True else None
     threads_n, reg_n = (CONV_THREADS_N, CONV_REG_N) if conv else (THREADS_N, REG_N)
     # a conv's 7-wide thread rows make 224-thread blocks where a GEMM has 256
     min_threads = _min_threads(m * n * batch) * (7 if conv else 8) // 8
@@ -201,6 +204,26 @@ def fetch_vector(words: int, row_words: int, threads: int) -> int:
     return next((v for v in FETCH_VECTORS if row_words % v == 0 and words % (threads * v) == 0), 1)
 
 
+def _forced_plan(m: int, n: int, k: int) -> dict | None:
+    """A/B knob for bench/gpu_gemm.py (not a build option): TLMPACK_GEMM_EXPERIMENT's
+    ``plan=TMxTN/TYxTX/BK`` forces one whole-K point where it divides the loops."""
+    from ..cuda_gemm_sketch import _EXPERIMENT
+
+    if "plan" not in _EXPERIMENT:
+        return None
+    regs, threads, bk = _EXPERIMENT["plan"].split("/")
+    (tm, tn), (ty, tx) = (map(int, regs.split("x")), map(int, threads.split("x")))
+    if m % (ty * tm) or n % (tx * tn) or k % int(bk):
+        return None
+    return {"tm": tm, "tn": tn, "ty": ty, "tx": tx, "bk": int(bk), "ks": 1, "score": 0.0}
+
+
+def _a_k_major() -> bool:
+    from ..cuda_gemm_sketch import _EXPERIMENT
+
+    return bool(_EXPERIMENT.get("a_k_major"))
+
+
 @register
 class CudaGemm(Rule):
     name = "cuda-gemm"
@@ -246,6 +269,8 @@ class CudaGemm(Rule):
                 # a conv's input box (its rows' width, a stride) and a windowed weight's rows
                 # (ci, kh, kw) do not say what a vector load would need: scalar fetches
                 vector = 1
+            if operand == 0 and not conv and _a_k_major():
+                vector = 1  # a k-major A tile is written across its rows: no vector store
             out[site.index] = site.candidates.index(vector) if vector in site.candidates else 0
         unroll = sites[5]
         out[unroll.index] = unroll.candidates.index(UNROLL) if UNROLL in unroll.candidates else 0

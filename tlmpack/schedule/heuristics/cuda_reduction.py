@@ -12,6 +12,7 @@ short and a deep unroll only grows the code.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..space import SamplingSite
@@ -38,8 +39,10 @@ def _pow2_floor(n: int) -> int:
 
 
 def row_threads(row_length: int) -> int:
-    """Threads per row for a cross-thread reduction."""
-    return max(32, min(512, _pow2_floor(row_length // 2)))
+    """Threads per row for a cross-thread reduction. TLMPACK_CUDA_REDUCTION_ROW_THREADS caps it (an
+    A/B knob for bench/gpu_ops.py, not a build option)."""
+    cap = int(os.environ.get("TLMPACK_CUDA_REDUCTION_ROW_THREADS", "") or 512)
+    return max(min(32, cap), min(cap, _pow2_floor(row_length // 2)))
 
 
 def block_threads(candidates: tuple[int, ...], work: int, sm_count: int, want: int = EPILOGUE_THREADS) -> int:
