@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import LoweringError, one_line
-from .relax_rewrites import with_main
+from .relax_rewrites import users_of, with_main
 
 MAX_PAD = 8  # spatial pads tried per axis when recognising a Pad (models pad by 0-3)
 
@@ -106,20 +106,6 @@ def _scalar_bound(func, arg_types: list) -> str | None:
     return None
 
 
-def _users(main) -> dict[Any, list]:
-    """Relax var → the values (binding values, the function's result) that use it."""
-    from tvm import relax
-
-    users: dict[Any, list] = {}
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            for var in relax.analysis.free_vars(binding.value):
-                users.setdefault(var, []).append(binding.value)
-    for var in relax.analysis.free_vars(main.body.body):
-        users.setdefault(var, []).append(main.body.body)
-    return users
-
-
 def _is_conv_data_of(value, var) -> bool:
     import tvm
 
@@ -138,7 +124,7 @@ def tir_calls_to_relax_ops(mod) -> tuple[Any, dict[str, int]]:
     main = mod["main"]
     call_tir = tvm.ir.Op.get("relax.call_tir")
     clip = tvm.ir.Op.get("relax.clip")
-    users = _users(main)
+    users = users_of(main)
     pads: dict[Any, tuple[Any, tuple[int, int, int, int]]] = {}  # pad var → (its input, pad)
     bounds: dict[Any, str] = {}  # call_tir value → maximum | minimum
     kinds: dict[str, Any] = {}  # PrimFunc name → what it is (one check per function)

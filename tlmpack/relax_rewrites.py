@@ -23,6 +23,7 @@ softmax is padded only as the P of an attention, above). The old LM-head padding
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 MAX_OVERHEAD = 0.125  # padding may add at most this fraction to an extent
 MIN_WORK = 1 << 20  # multiply-adds below which a matmul is not worth the extra pad/slice kernels
@@ -197,6 +198,20 @@ def pad_awkward_extents(mod, policy: PadPolicy):
     if count[0] == 0:  # the mutator rebuilds the function even when nothing changed
         return mod, 0
     return with_main(mod, main), count[0]
+
+
+def users_of(main) -> dict[Any, list]:
+    """Relax var → the values (binding values, the function's result) that use it."""
+    from tvm import relax
+
+    users: dict[Any, list] = {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            for var in relax.analysis.free_vars(binding.value):
+                users.setdefault(var, []).append(binding.value)
+    for var in relax.analysis.free_vars(main.body.body):
+        users.setdefault(var, []).append(main.body.body)
+    return users
 
 
 def with_main(mod, main):
