@@ -36,6 +36,7 @@ decides both; which tile shapes keep the staged box constant is the rule's busin
 
 from __future__ import annotations
 
+import os
 from itertools import permutations
 from typing import Any
 
@@ -190,7 +191,7 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
             # unit loops kept: the trace's shape must not depend on the sampled tiles
             sch.compute_at(shared, ko, preserve_unit_loops=True)
             ndim = len(sch.get(shared).writes[0].source.shape)
-            if operand == "A" and conv is None and _EXPERIMENT.get("a_k_major"):
+            if operand == "A" and conv is None and GEMM_EXPERIMENT.get("a_k_major"):
                 sch.transform_layout(shared, ("write", 0), _swap_last_two(ndim))
             if conv is not None:  # rows of W's tile (co) or of the input's box (n): 4 words, mod 16
                 sch.storage_align(shared, 0, axis=0, factor=16, offset=SHARED_ROW_PAD)
@@ -217,8 +218,8 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
         else:
             _reverse_inline_consumers(sch, local)
         pipeline = dict(PIPELINE)
-        if _EXPERIMENT.get("stages"):
-            pipeline["software_pipeline_stage"] = [0, 0, int(_EXPERIMENT["stages"]) - 1]
+        if GEMM_EXPERIMENT.get("stages"):
+            pipeline["software_pipeline_stage"] = [0, 0, int(GEMM_EXPERIMENT["stages"]) - 1]
         for key, value in pipeline.items():
             if async_copy or key != "software_pipeline_async_stages":
                 sch.annotate(ko, key, value)
@@ -230,9 +231,9 @@ def _sketch(mod, axes, split_k: bool, async_copy: bool):
     return sch
 
 
-import os  # noqa: E402
-
-_EXPERIMENT = dict(kv.split("=") for kv in os.environ.get("TLMPACK_GEMM_EXPERIMENT", "").split(",") if kv)
+# A/B knobs for bench/gpu_gemm.py's experiment points, not build options (TLMPACK_GEMM_EXPERIMENT:
+# plan=TMxTN/TYxTX/BK, stages=N, a_k_major=1); empty in a normal build
+GEMM_EXPERIMENT = dict(kv.split("=") for kv in os.environ.get("TLMPACK_GEMM_EXPERIMENT", "").split(",") if kv)
 
 
 def _swap_last_two(ndim: int):

@@ -207,11 +207,11 @@ def fetch_vector(words: int, row_words: int, threads: int) -> int:
 def _forced_plan(m: int, n: int, k: int) -> dict | None:
     """A/B knob for bench/gpu_gemm.py (not a build option): TLMPACK_GEMM_EXPERIMENT's
     ``plan=TMxTN/TYxTX/BK`` forces one whole-K point where it divides the loops."""
-    from ..cuda_gemm_sketch import _EXPERIMENT
+    from ..cuda_gemm_sketch import GEMM_EXPERIMENT
 
-    if "plan" not in _EXPERIMENT:
+    if "plan" not in GEMM_EXPERIMENT:
         return None
-    regs, threads, bk = _EXPERIMENT["plan"].split("/")
+    regs, threads, bk = GEMM_EXPERIMENT["plan"].split("/")
     (tm, tn), (ty, tx) = (map(int, regs.split("x")), map(int, threads.split("x")))
     if m % (ty * tm) or n % (tx * tn) or k % int(bk):
         return None
@@ -219,9 +219,9 @@ def _forced_plan(m: int, n: int, k: int) -> dict | None:
 
 
 def _a_k_major() -> bool:
-    from ..cuda_gemm_sketch import _EXPERIMENT
+    from ..cuda_gemm_sketch import GEMM_EXPERIMENT
 
-    return bool(_EXPERIMENT.get("a_k_major"))
+    return bool(GEMM_EXPERIMENT.get("a_k_major"))
 
 
 @register
