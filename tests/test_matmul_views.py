@@ -42,6 +42,29 @@ def attention_onnx(path) -> None:
     onnx.save(model, path)
 
 
+def conv1d_gelu_onnx(path, rows: int = 16, k: int = 32, n: int = 96) -> None:
+    """GPT-2's Conv1D as exported: Reshape to rows, Gemm with a bias, Reshape back, then a tanh-GELU
+    and a residual-like add of the output to itself."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32) * 0.2, "W"),
+             numpy_helper.from_array(rng.standard_normal((n,)).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([-1, k], np.int64), "flat"),
+             numpy_helper.from_array(np.array([1, rows, n], np.int64), "back"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]), helper.make_node("Gemm", ["x2", "W", "b"], ["g"]),
+             helper.make_node("Reshape", ["g", "back"], ["g3"]), helper.make_node("Tanh", ["g3"], ["t"]),
+             helper.make_node("Mul", ["g3", "t"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y0"]),
+             helper.make_node("Add", ["y0", "g3"], ["y"])]
+    graph = helper.make_graph(nodes, "conv1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
 def _imported(tmp_path):
     from tlmpack.frontend import load_model
 
@@ -148,3 +171,41 @@ def test_a_cuda_graph_folds_the_head_transposes_and_an_x86_one_keeps_them(target
     assert done.returncode == 0, done.stderr[-2000:]
     assert ("head transposes folded" in done.stderr + done.stdout) == (targets == "cuda")
     assert _transpose_tasks(out) == transposes
+
+
+def test_a_reshape_after_a_2d_product_is_lifted_so_the_gelu_fuses_into_the_gemm(tmp_path):
+    import onnxruntime as ort
+
+    from tlmpack.frontend import load_model
+    from tlmpack.graph import fuse_to_tir
+    from tlmpack.matmul_views import rewrite_matmul_views
+
+    conv1d_gelu_onnx(tmp_path / "conv1d.onnx")
+    mod = load_model(str(tmp_path / "conv1d.onnx")).mod
+    before = [gv.name_hint for gv in fuse_to_tir(mod, pad_policy=None).functions.keys() if gv.name_hint != "main"]
+    rewritten, lifted, folded = rewrite_matmul_views(mod)
+    after = [gv.name_hint for gv in fuse_to_tir(rewritten, pad_policy=None).functions.keys() if gv.name_hint != "main"]
+    assert (lifted, folded) == (1, 0)
+    assert len(before) == 2 and len(after) == 1 and after[0].startswith("fused_matmul_add")
+    x = np.random.default_rng(2).standard_normal((1, 16, 32)).astype(np.float32)
+    (ref,) = ort.InferenceSession(str(tmp_path / "conv1d.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert np.abs(ref).max() > 0.1 and np.isfinite(ref).all()
+    out = _run_on_cpu(rewritten, x)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_a_product_with_another_user_keeps_its_reshape(tmp_path):
+    from tvm import relax
+
+    from tlmpack.matmul_views import lift_matmul_reshapes
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    w = relax.Var("w", relax.TensorType((32, 8), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            p = bb.emit(relax.op.matmul(x, w))
+            r = bb.emit(relax.op.reshape(p, [1, 16, 8]))
+            out = bb.emit_output(relax.op.add(relax.op.sum(r), relax.op.sum(p)))
+        bb.emit_func_output(out)
+    assert lift_matmul_reshapes(bb.get())[1] == 0

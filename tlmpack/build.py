@@ -296,10 +296,10 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         # Awkward matmul extents are padded to what the graph's targets prefer (x86 vectors, CUDA warps).
         if cuda is not None or x86_layout is None:
             pad = pad_policy(options, options.targets if x86_layout is None else ("cuda",))
-            # a graph of CUDA's alone takes the head transposes into its matmuls (x86 not measured)
-            fold = cuda is not None and (x86_layout is not None or "x86" not in options.targets)
+            # a graph of CUDA's alone folds the views around its matmuls (x86 not measured)
+            views = cuda is not None and (x86_layout is not None or "x86" not in options.targets)
             plans.graphs[b], _, taken = lower_graph(mod, Lowering(None, options.fast_math, pad=pad,
-                                                                  fold_transposes=fold),
+                                                                  matmul_views=views),
                                                     task_prefix=plans.task_prefix(b, False), say=say,
                                                     materialize=False)
             plans.fallbacks += [f for f in taken if f not in plans.fallbacks]

@@ -47,7 +47,7 @@ class Lowering:
     fold_constants: bool = True
     pad: Any = None  # a relax_rewrites.PadPolicy: the multiples awkward matmul extents are padded to; None: off
     layout_ops: bool = True  # layout_ops.py, with a conv layout only
-    fold_transposes: bool = False  # matmul_views.py: attention's head transposes into its matmuls (CUDA graphs)
+    matmul_views: bool = False  # matmul_views.py: reshapes and head transposes around matmuls folded (CUDA graphs)
 
 
 def _any(error: Exception) -> bool:
@@ -64,7 +64,7 @@ def _layout_rewrite(error: Exception) -> bool:
 # order they are given up; layout_ops.py's rewrites report their own failures, so a ConvertLayout
 # failure turns channels-last off, not them
 _OPTIONAL = (
-    ("fold-head-transposes", lambda lw: replace(lw, fold_transposes=False), lambda lw: lw.fold_transposes, _any),
+    ("matmul-views", lambda lw: replace(lw, matmul_views=False), lambda lw: lw.matmul_views, _any),
     ("layout-ops", lambda lw: replace(lw, layout_ops=False), lambda lw: lw.layout_ops and lw.conv_layout is not None,
      _layout_rewrite),
     ("channels-last", lambda lw: replace(lw, conv_layout=None), lambda lw: lw.conv_layout is not None, _any),
@@ -81,7 +81,7 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
     the model's: a LoweringError (an UnsupportedOperatorError from partition passes through).
     ``materialize``: as graph.partition's."""
     from .graph import fuse_to_tir, partition
-    from .matmul_views import fold_transposes_into_matmuls
+    from .matmul_views import rewrite_matmul_views
     from .relax_rewrites import pad_awkward_extents
 
     current, fallbacks = wanted, []
@@ -90,16 +90,17 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
         try:
             culprit = "pad-awkward-extents"
             padded, count = pad_awkward_extents(mod, current.pad) if current.pad is not None else (mod, 0)
-            culprit = "fold-head-transposes"
-            padded, folds = fold_transposes_into_matmuls(padded) if current.fold_transposes else (padded, 0)
+            culprit = "matmul-views"
+            padded, lifts, folds = rewrite_matmul_views(padded) if current.matmul_views else (padded, 0, 0)
             culprit = None
             graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
                                           fold_constants=current.fold_constants, pad_policy=None,
                                           layout_ops=current.layout_ops),
                               task_prefix=task_prefix, materialize=materialize)
             graph.padded_matmuls = count
-            if folds:
-                say(f"{folds} head transposes folded into the matmuls around them")
+            if lifts or folds:
+                say(f"matmul views: {lifts} row reshapes after 2-D products lifted before them, "
+                    f"{folds} head transposes folded into the matmuls around them")
             if count:
                 say(f"{count} matmuls over awkward extents computed padded (rows to multiples of "
                     f"{'/'.join(map(str, current.pad.rows or current.pad.multiples))}, columns and reductions "

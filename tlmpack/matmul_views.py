@@ -1,4 +1,5 @@
-"""Attention's head transposes folded into the batch matmuls around them (a Relax rewrite).
+"""Views around matmuls folded away (Relax rewrites): row reshapes of 2-D products, and
+attention's head transposes folded into the batch matmuls around them.
 
 A transformer splits its projections into heads with ``reshape`` (a view) then ``permute_dims``
 ([b, s, h, d] -> [b, h, s, d]), multiplies per head, and merges the heads back with the inverse
@@ -8,6 +9,11 @@ spent 0.46 ms a run in them on the H200 (BENCHMARKS.md, 2026-12-01 22:30). Here 
 operand is such a permute (used by nothing else) reads the un-permuted tensor through the
 permuted index instead, and a matmul whose one user is such a permute writes its product in the
 permuted layout directly; the permutes become dead code.
+
+Row reshapes first: GPT-2's Conv1D is exported as Reshape → Gemm → Reshape, and the reshape after the
+2-D product splits the GEMM from the element-wise ops after it (a tanh-GELU, a residual add). A
+``reshape(matmul(p, W) [+ bias])`` that only splits the product's rows becomes the batched
+``matmul(reshape(p), W) [+ bias]`` (``lift_matmul_reshapes``), which FuseOps fuses with its tail.
 
 Only permutes that keep the tensor's last axis last are folded: the matmul's operand tiles then
 stay rows of contiguous words, as they were. K's (0, 2, 3, 1) of Q K^T, which makes the reduction
@@ -153,3 +159,91 @@ def fold_transposes_into_matmuls(mod) -> tuple[Any, int]:
         return mod, 0
     fold.builder_.update_func(mod.get_global_var("main"), new_main)
     return relax.transform.DeadCodeElimination(["main"])(fold.builder_.get()), folded[0]
+
+
+def _reshape_source(value, bound: dict) -> Any:
+    """The tensor a 2-D matmul operand is a reshape of, or the operand itself."""
+    inner = bound.get(value)
+    return inner.args[0] if inner is not None and _is_op(inner, "relax.reshape") else value
+
+
+def lift_matmul_reshapes(mod) -> tuple[Any, int]:
+    """(``mod`` with every ``reshape(matmul(p, W) [+ bias], [..., M', N])`` of a 2-D product computed
+    as the batched ``matmul(reshape(p, [..., M', K]), W) [+ bias]``, how many). GPT-2's Conv1D is
+    exported as Reshape → Gemm → Reshape: the reshape after the Gemm splits the GEMM from the
+    element-wise ops after it (FuseOps fuses no view in between), so its tanh-GELU and residual
+    adds ran as kernels of their own (0.46 ms of a batch-16 run on the H200). Batched, the product
+    is what BERT's MatMul already is, and the GEMM sketches take it the same way."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    main = mod["main"]
+    users = users_of(main)
+    bound = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+
+    def only_user(var, value) -> bool:
+        return len(users.get(var, [])) == 1 and users[var][0].same_as(value)
+
+    def product_of(reshape):
+        """(matmul, bias or None, final shape) when ``reshape`` merely splits the rows of a 2-D product."""
+        source = reshape.args[0]
+        if not only_user(source, reshape):
+            return None
+        value, bias = bound.get(source), None
+        if value is not None and _is_op(value, "relax.add"):
+            product, bias = value.args
+            bias_shape = _static_shape(bias.ty)
+            if bias_shape is None or len(bias_shape) > 1 or not only_user(product, value):
+                return None
+            value = bound.get(product)
+        if value is None or not _is_op(value, "relax.matmul"):
+            return None
+        shapes = [_static_shape(a.ty) for a in value.args]
+        out, final = _static_shape(value.ty), _static_shape(reshape.ty)
+        if any(s is None or len(s) != 2 for s in shapes) or out is None or final is None or len(final) < 3:
+            return None
+        if final[-1] != out[1] or _prod(final[:-1]) != out[0] or str(value.ty.dtype) != "float32":
+            return None
+        return value, bias, final
+
+    lifted = [0]
+
+    @mutator
+    class _Lift(PyExprMutator):
+        def visit_call_(self, call):
+            if _is_op(call, "relax.reshape"):
+                found = product_of(call)
+                if found is not None:
+                    matmul, bias, final = found
+                    p, w = (self.visit_expr(a) for a in matmul.args)
+                    rows = _reshape_source(matmul.args[0], bound)
+                    k = _static_shape(p.ty)[1]
+                    if _static_shape(rows.ty) == [*final[:-1], k]:
+                        p = self.visit_expr(rows)
+                    else:
+                        p = self.builder_.emit(relax.op.reshape(p, [*final[:-1], k]))
+                    lifted[0] += 1
+                    product = self.builder_.emit(relax.op.matmul(p, w))
+                    return product if bias is None else relax.op.add(product, self.visit_expr(bias))
+            return super().visit_call_(call)
+
+    lift = _Lift(mod)
+    new_main = lift.visit_expr(main)
+    if not lifted[0]:
+        return mod, 0
+    lift.builder_.update_func(mod.get_global_var("main"), new_main)
+    return relax.transform.DeadCodeElimination(["main"])(lift.builder_.get()), lifted[0]
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def rewrite_matmul_views(mod) -> tuple[Any, int, int]:
+    """lift_matmul_reshapes, then fold_transposes_into_matmuls: (module, reshapes lifted, transposes folded)."""
+    mod, lifted = lift_matmul_reshapes(mod)
+    mod, folded = fold_transposes_into_matmuls(mod)
+    return mod, lifted, folded
