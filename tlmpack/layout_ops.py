@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import LoweringError, one_line
-from .relax_rewrites import users_of, with_main
+from .relax_rewrites import static_shape, users_of, with_main
 
 MAX_PAD = 8  # spatial pads tried per axis when recognising a Pad (models pad by 0-3)
 
@@ -64,13 +64,6 @@ def _emit_te_func(fn, arg_types: list, *extra):
     return next(mod[g] for g in mod.get_global_vars() if g.name_hint != "reference")
 
 
-def _static_shape(ty) -> list[int] | None:
-    try:
-        return [int(d) for d in ty.shape.values]
-    except (AttributeError, TypeError):
-        return None
-
-
 def _zero_spatial_pad(func, arg_type, out_type) -> tuple[int, int, int, int] | None:
     """(top, left, bottom, right) when ``func`` is ``topi.nn.pad`` by zeros of axes 2 and 3 of a
     4-D tensor, else None."""
@@ -79,7 +72,7 @@ def _zero_spatial_pad(func, arg_type, out_type) -> tuple[int, int, int, int] | N
     import tvm_ffi
     from tvm import topi
 
-    shape_in, shape_out = _static_shape(arg_type), _static_shape(out_type)
+    shape_in, shape_out = static_shape(arg_type), static_shape(out_type)
     if shape_in is None or shape_out is None or len(shape_in) != 4 or len(shape_out) != 4:
         return None
     total = [o - i for o, i in zip(shape_out, shape_in, strict=True)]
@@ -98,7 +91,7 @@ def _scalar_bound(func, arg_types: list) -> str | None:
     import tvm_ffi
     from tvm import topi
 
-    if len(arg_types) != 2 or _static_shape(arg_types[1]) != []:
+    if len(arg_types) != 2 or static_shape(arg_types[1]) != []:
         return None
     for name in ("maximum", "minimum"):
         if tvm_ffi.structural_equal(func, _emit_te_func(getattr(topi, name), arg_types)):
@@ -220,7 +213,7 @@ def unit_transposes_to_reshapes(mod):
             if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(permute)):
                 return call
             source = call.args[0]
-            shape = _static_shape(source.ty)
+            shape = static_shape(source.ty)
             if shape is None or isinstance(source, tvm.ir.expr.Constant):
                 return call
             axes = list(range(len(shape)))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
@@ -253,7 +246,7 @@ def channels_last_pools_as_matmuls(mod):
             if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(mean)):
                 return call
             x = call.args[0]
-            shape = _static_shape(x.ty)
+            shape = static_shape(x.ty)
             dtype = str(x.ty.dtype)
             axes = None if call.attrs.axis is None else sorted(int(a) % 4 for a in call.attrs.axis)
             if shape is None or len(shape) != 4 or axes != [1, 2] or not dtype.startswith("float"):

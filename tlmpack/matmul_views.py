@@ -25,14 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .relax_rewrites import users_of
-
-
-def _static_shape(ty) -> list[int] | None:
-    try:
-        return [int(d) for d in ty.shape.values]
-    except (AttributeError, TypeError):
-        return None
+from .relax_rewrites import static_shape, users_of
 
 
 def _axes(call, rank: int) -> list[int]:
@@ -49,7 +42,7 @@ def _foldable_permute(value) -> bool:
     """A 4-D float32 permute_dims that keeps the last axis last."""
     if not _is_op(value, "relax.permute_dims"):
         return False
-    shape = _static_shape(value.args[0].ty)
+    shape = static_shape(value.args[0].ty)
     if shape is None or len(shape) != 4 or str(value.args[0].ty.dtype) != "float32":
         return False
     return _axes(value, 4)[-1] == 3
@@ -117,8 +110,8 @@ def fold_transposes_into_matmuls(mod) -> tuple[Any, int]:
     def foldable_matmul(value) -> bool:
         if not _is_op(value, "relax.matmul"):
             return False
-        shapes = [_static_shape(a.ty) for a in value.args]
-        out = _static_shape(value.ty)
+        shapes = [static_shape(a.ty) for a in value.args]
+        out = static_shape(value.ty)
         return (all(s is not None and len(s) == 4 for s in shapes) and out is not None and len(out) == 4
                 and shapes[0][:2] == shapes[1][:2] and str(value.ty.dtype) == "float32")
 
@@ -192,14 +185,14 @@ def lift_matmul_reshapes(mod) -> tuple[Any, int]:
         value, bias = bound.get(source), None
         if value is not None and _is_op(value, "relax.add"):
             product, bias = value.args
-            bias_shape = _static_shape(bias.ty)
+            bias_shape = static_shape(bias.ty)
             if bias_shape is None or len(bias_shape) > 1 or not only_user(product, value):
                 return None
             value = bound.get(product)
         if value is None or not _is_op(value, "relax.matmul"):
             return None
-        shapes = [_static_shape(a.ty) for a in value.args]
-        out, final = _static_shape(value.ty), _static_shape(reshape.ty)
+        shapes = [static_shape(a.ty) for a in value.args]
+        out, final = static_shape(value.ty), static_shape(reshape.ty)
         if any(s is None or len(s) != 2 for s in shapes) or out is None or final is None or len(final) < 3:
             return None
         if final[-1] != out[1] or _prod(final[:-1]) != out[0] or str(value.ty.dtype) != "float32":
@@ -217,8 +210,8 @@ def lift_matmul_reshapes(mod) -> tuple[Any, int]:
                     matmul, bias, final = found
                     p, w = (self.visit_expr(a) for a in matmul.args)
                     rows = _reshape_source(matmul.args[0], bound)
-                    k = _static_shape(p.ty)[1]
-                    if _static_shape(rows.ty) == [*final[:-1], k]:
+                    k = static_shape(p.ty)[1]
+                    if static_shape(rows.ty) == [*final[:-1], k]:
                         p = self.visit_expr(rows)
                     else:
                         p = self.builder_.emit(relax.op.reshape(p, [*final[:-1], k]))

@@ -200,6 +200,14 @@ def pad_awkward_extents(mod, policy: PadPolicy):
     return with_main(mod, main), count[0]
 
 
+def static_shape(ty) -> list[int] | None:
+    """A Relax type's shape as ints, None when it is not static."""
+    try:
+        return [int(d) for d in ty.shape.values]
+    except (AttributeError, TypeError):
+        return None
+
+
 def users_of(main) -> dict[Any, list]:
     """Relax var → the values (binding values, the function's result) that use it."""
     from tvm import relax
