@@ -74,6 +74,8 @@ def test_policy_pads_to_the_first_preferred_multiple_within_the_overhead_bound()
     assert [x86.padded(e, rows=True) for e in (197, 77, 1000, 49)] == [200, 80, 1000, 49]  # rows: eights
     assert cuda.padded(197) == cuda.padded(197, rows=True) == 208  # 224 would add 13.7 %
     assert cuda.padded(77) == 80 and cuda.padded(1000) == 1024
+    assert cuda.padded(50257) == 50304  # whole 128-wide blocks; 50272 = 32 x 1571 has no other width
+    assert cuda.padded(197, rows=True) == 208  # rows stay warp multiples
 
 
 def test_attention_over_an_awkward_sequence_pads_rows_keys_and_the_reduction_exactly(tmp_path):

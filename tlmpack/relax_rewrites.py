@@ -56,11 +56,13 @@ class PadPolicy:
 def policy_for(targets: tuple[str, ...], x86_lanes: int = 8) -> PadPolicy:
     """x86 wants whole vectors (two, else one, of ``x86_lanes`` floats) along N and K, and rows in
     eights (its register tile is at most 8 rows: 197 rows -> 200, not 208); CUDA wants warp-sized
-    tiles (32, else 16) everywhere. A graph shared by both targets takes the coarser multiples first."""
+    tiles (32, else 16) everywhere, and whole 128-wide blocks along N and K where they cost little
+    (GPT-2's LM head: 50257 -> 50304, not 50272 = 32 x 1571, whose only block widths are 32 and
+    1571). A graph shared by both targets takes the coarser multiples first."""
     multiples: list[int] = []
     rows: list[int] = []
     if "cuda" in targets:
-        multiples += [32, 16]
+        multiples += [128, 32, 16]
         rows += [32, 16]
     if "x86" in targets:
         multiples += [2 * x86_lanes, x86_lanes]
