@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import shutil
 import tempfile
 import time
@@ -296,8 +297,7 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         # Awkward matmul extents are padded to what the graph's targets prefer (x86 vectors, CUDA warps).
         if cuda is not None or x86_layout is None:
             pad = pad_policy(options, options.targets if x86_layout is None else ("cuda",))
-            # a graph of CUDA's alone folds the views around its matmuls (x86 not measured)
-            views = cuda is not None and (x86_layout is not None or "x86" not in options.targets)
+            views = _matmul_views_for(cuda is not None and (x86_layout is not None or "x86" not in options.targets))
             plans.graphs[b], _, taken = lower_graph(mod, Lowering(None, options.fast_math, pad=pad,
                                                                   matmul_views=views),
                                                     task_prefix=plans.task_prefix(b, False), say=say,
@@ -343,6 +343,13 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         say(f"{len(graph.calls)} kernel calls, {len(graph.tasks)} distinct tasks, "
             f"arena {graph.arena_bytes / 2**20:.1f} MiB, weights {len(graph.weights) / 2**20:.1f} MiB")
         plans.memory = graph.memory_json()
+
+
+def _matmul_views_for(cuda_graph: bool) -> bool:
+    """Whether a graph folds the views around its matmuls (matmul_views.py): a graph of CUDA's alone
+    does (measured on the H200); x86's not yet, unless TLMPACK_MATMUL_VIEWS=all (an A/B knob for
+    bench/, not a build option)."""
+    return cuda_graph or os.environ.get("TLMPACK_MATMUL_VIEWS", "") == "all"
 
 
 @dataclass
