@@ -155,8 +155,9 @@ def _transpose_tasks(artifact) -> int:
     return sum("transpose" in s["id"] for s in manifest["subgraphs"])
 
 
-@pytest.mark.parametrize("targets,transposes", [("cuda", 1), ("x86", 3)])
-def test_a_cuda_graph_folds_the_head_transposes_and_an_x86_one_keeps_them(targets, transposes, tmp_path):
+@pytest.mark.parametrize("targets,transposes,knob", [("cuda", 1, ""), ("x86", 3, ""), ("x86", 1, "all")])
+def test_a_cuda_graph_folds_the_head_transposes_and_an_x86_one_keeps_them(targets, transposes, knob, tmp_path):
+    import os
     import subprocess
     import sys
 
@@ -167,9 +168,10 @@ def test_a_cuda_graph_folds_the_head_transposes_and_an_x86_one_keeps_them(target
     attention_onnx(tmp_path / "attention.onnx")
     out = tmp_path / f"{targets}.tar"
     done = subprocess.run([sys.executable, "-m", "tlmpack.cli", "build", str(tmp_path / "attention.onnx"), "-t", targets,
-                           "--scheduler", "heuristic", "-o", str(out)], capture_output=True, text=True)
+                           "--scheduler", "heuristic", "-o", str(out)], capture_output=True, text=True,
+                          env={**os.environ, "TLMPACK_MATMUL_VIEWS": knob})  # "all": the x86 A/B knob
     assert done.returncode == 0, done.stderr[-2000:]
-    assert ("head transposes folded" in done.stderr + done.stdout) == (targets == "cuda")
+    assert ("head transposes folded" in done.stderr + done.stdout) == (transposes == 1)
     assert _transpose_tasks(out) == transposes
 
 
