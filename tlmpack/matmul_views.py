@@ -23,6 +23,7 @@ operands must agree (no broadcast).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .relax_rewrites import static_shape, users_of
@@ -86,18 +87,14 @@ def _matmul_te(a_src, a_axes, b_src, b_axes, out_axes, out_dtype: str):
 
 def fold_transposes_into_matmuls(mod) -> tuple[Any, int]:
     """(``mod`` with head transposes folded into the matmuls around them, how many permutes went)."""
-    from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     main = mod["main"]
     users = users_of(main)
-    bound: dict[Any, Any] = {}
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            bound[binding.var] = binding.value
+    bound = _bindings(main)
 
     def only_user(var, value) -> bool:
-        return len(users.get(var, [])) == 1 and users[var][0].same_as(value)
+        return _only_user(users, var, value)
 
     def operand(matmul, i):
         """(source, axes) of matmul's operand i: the permute's input where it folds, else itself."""
@@ -146,12 +143,29 @@ def fold_transposes_into_matmuls(mod) -> tuple[Any, int]:
         def _var_of(self, value):
             return next((v for v, x in bound.items() if x.same_as(value)), None)
 
-    fold = _Fold(mod)
-    new_main = fold.visit_expr(main)
-    if not folded[0]:
+    return _rewritten(mod, _Fold(mod), folded)
+
+
+def _rewritten(mod, mutator, count: list[int]) -> tuple[Any, int]:
+    """(``mod`` with ``main`` as ``mutator`` rewrites it and what became dead dropped, ``count[0]``);
+    ``mod`` itself when nothing was rewritten."""
+    from tvm import relax
+
+    new_main = mutator.visit_expr(mod["main"])
+    if not count[0]:
         return mod, 0
-    fold.builder_.update_func(mod.get_global_var("main"), new_main)
-    return relax.transform.DeadCodeElimination(["main"])(fold.builder_.get()), folded[0]
+    mutator.builder_.update_func(mod.get_global_var("main"), new_main)
+    return relax.transform.DeadCodeElimination(["main"])(mutator.builder_.get()), count[0]
+
+
+def _bindings(main) -> dict[Any, Any]:
+    """Relax var -> the value bound to it, over main's blocks."""
+    return {b.var: b.value for block in main.body.blocks for b in block.bindings}
+
+
+def _only_user(users: dict, var, value) -> bool:
+    """Whether ``value`` is the one use of ``var``."""
+    return len(users.get(var, [])) == 1 and users[var][0].same_as(value)
 
 
 def _reshape_source(value, bound: dict) -> Any:
@@ -172,10 +186,10 @@ def lift_matmul_reshapes(mod) -> tuple[Any, int]:
 
     main = mod["main"]
     users = users_of(main)
-    bound = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+    bound = _bindings(main)
 
     def only_user(var, value) -> bool:
-        return len(users.get(var, [])) == 1 and users[var][0].same_as(value)
+        return _only_user(users, var, value)
 
     def product_of(reshape):
         """(matmul, bias or None, final shape) when ``reshape`` merely splits the rows of a 2-D product."""
@@ -195,7 +209,7 @@ def lift_matmul_reshapes(mod) -> tuple[Any, int]:
         out, final = static_shape(value.ty), static_shape(reshape.ty)
         if any(s is None or len(s) != 2 for s in shapes) or out is None or final is None or len(final) < 3:
             return None
-        if final[-1] != out[1] or _prod(final[:-1]) != out[0] or str(value.ty.dtype) != "float32":
+        if final[-1] != out[1] or math.prod(final[:-1]) != out[0] or str(value.ty.dtype) != "float32":
             return None
         return value, bias, final
 
@@ -220,19 +234,7 @@ def lift_matmul_reshapes(mod) -> tuple[Any, int]:
                     return product if bias is None else relax.op.add(product, self.visit_expr(bias))
             return super().visit_call_(call)
 
-    lift = _Lift(mod)
-    new_main = lift.visit_expr(main)
-    if not lifted[0]:
-        return mod, 0
-    lift.builder_.update_func(mod.get_global_var("main"), new_main)
-    return relax.transform.DeadCodeElimination(["main"])(lift.builder_.get()), lifted[0]
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
+    return _rewritten(mod, _Lift(mod), lifted)
 
 
 def rewrite_matmul_views(mod) -> tuple[Any, int, int]:
