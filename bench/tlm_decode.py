@@ -24,6 +24,7 @@ from pathlib import Path
 
 
 def run(target: str, limit: int, corpus: str = "") -> dict:
+    from tlmpack.schedule.select import hint_for
     from tlmpack.schedule.space import DesignSpace
     from tlmpack.tlm.decode import decode_space, out_of_distribution
     from tlmpack.tlm.language import Sentence, describe_task, tokens
@@ -48,7 +49,7 @@ def run(target: str, limit: int, corpus: str = "") -> dict:
         info = describe_task(func, task["name"])
         started, cpu = time.perf_counter(), time.thread_time()
         space = DesignSpace(func, tvm_target)
-        decoded = decode_space(tlm, space, hardware, info)
+        decoded = decode_space(tlm, space, hardware, info, hint=hint_for(tlm, func, tvm_target, target, hardware))
         total_ms.append((time.perf_counter() - started) * 1e3)
         total_cpu_ms.append((time.thread_time() - cpu) * 1e3)
         if out_of_distribution(tlm, info) is not None:

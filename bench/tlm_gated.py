@@ -22,6 +22,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
+    from tlmpack.schedule.select import hint_for
     from tlmpack.schedule.space import DesignSpace
     from tlmpack.tlm.decode import decode_space
     from tlmpack.tlm.model import load_file
@@ -38,7 +39,9 @@ def main() -> None:
         if r.get("tlm_us") is None or not r.get("heuristic_us") or r["space"] < 8:
             continue
         task = store.task(r["task"])
-        decoded = decode_space(tlm, DesignSpace(load_func(task), tvm_target), hardware, task_info(task))
+        func = load_func(task)
+        decoded = decode_space(tlm, DesignSpace(func, tvm_target), hardware, task_info(task),
+                               hint=hint_for(tlm, func, tvm_target, args.target, hardware))
         rows.append((decoded[0].confidence, r))
 
     def geomean(xs: list[float]) -> float:

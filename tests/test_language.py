@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -95,3 +96,22 @@ def test_every_written_sentence_replays_and_builds(sentences):
     executable = tvm.compile(tvm.IRModule(funcs), target=x86_target(num_cores=2).tvm_target())
     for name in funcs:
         assert executable.mod.implements_function(name) or executable[name] is not None
+
+
+def test_guided_sentences_carry_the_rules_hint_and_round_trip(sentences):
+    from tlmpack.tlm.decode import prompt_ids
+
+    (_, first), (_, second) = sentences[0], sentences[2]
+    guided = dataclasses.replace(second, hint=L.Hint(first.sketch, first.decisions))
+    ids = L.encode(guided)
+    assert L.decode(ids) == guided
+    toks = L.tokens(guided)
+    assert toks.count("sketch") == 2 and toks.count("[EOS]") == 2
+    assert toks[-len(L.tokens(second)) + toks.index("sketch"):] == L.tokens(second)[L.tokens(second).index("sketch"):]
+    prompt = prompt_ids(dataclasses.replace(guided, decisions=()))  # what decoding starts from: up to the own sketch
+    assert prompt == ids[: len(prompt)] and L.VOCAB[prompt[-1]] == "sketch" and len(prompt) > toks.index("[SEP]")
+    no_rule = dataclasses.replace(second, hint=L.NO_HINT)
+    assert L.decode(L.encode(no_rule)) == no_rule and "[UNK]" in L.tokens(no_rule)
+    head = L.tokens(second)[: L.tokens(second).index("sketch")]
+    with pytest.raises(ValueError, match="no sketch"):  # the model's own schedule always has one
+        L.decode_tokens([*head, "sketch", "[UNK]", "[EOS]"])

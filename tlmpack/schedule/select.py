@@ -183,6 +183,26 @@ def schedule_with_rules(func, tvm_target, target_kind: str, hardware: Any,
     return None
 
 
+def rules_hint(func, tvm_target, target_kind: str, hardware: Any):
+    """What a guided TLM reads first (tlm.language.Hint): the rules' schedule of the task, on x86
+    with the fixed rules where no rule fits; NO_HINT where nothing fits (CUDA: dlight's tasks)."""
+    from ..tlm.language import NO_HINT, Hint
+
+    choice = schedule_with_rules(func, tvm_target, target_kind, hardware)
+    if choice is not None:
+        return Hint(choice.sketch, tuple(choice.decisions))
+    if target_kind == "x86":
+        fixed = fixed_schedule(func, tvm_target, max(hardware.vector_bits // 32, 1))
+        if fixed is not None:
+            return Hint(fixed[0], tuple(fixed[2]))
+    return NO_HINT
+
+
+def hint_for(tlm, func, tvm_target, target_kind: str, hardware: Any):
+    """The hint ``tlm`` decodes after: the rules' schedule for a guided model, None for another."""
+    return rules_hint(func, tvm_target, target_kind, hardware) if tlm.summary.guided else None
+
+
 SCHEDULERS = ("auto", "tlm", "heuristic", "baseline", "dlight")
 # What "auto" (the default) runs per target: the TLM on x86, where whole seed models built with it
 # match the rules; the rules on CUDA, where the shipped CUDA model lost to them on three of four seed
@@ -234,14 +254,15 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     why = why or out_of_distribution(tlm, info)
     if why is not None:
         return None, why, tlm
+    hint = hint_for(tlm, func, tvm_target, target_kind, hardware)
     space = DesignSpace(func, tvm_target)
     t0 = time.perf_counter()
-    decoded = decode_space(tlm, space, hardware, info, samples=samples)
+    decoded = decode_space(tlm, space, hardware, info, samples=samples, hint=hint)
     choose_ms = (time.perf_counter() - t0) * 1e3
     if not decoded:
         return None, "no legal point decoded", tlm
     check = _grid_check(space, hardware) if target_kind == "cuda" else _register_check(func, hardware)
-    best, why = _first_that_fits(tlm, space, hardware, info, decoded, check)
+    best, why = _first_that_fits(tlm, space, hardware, info, decoded, check, hint)
     if best is None:
         return None, why, tlm
     substitute = f" (a top-k sample: the greedy point's {check.what} was out of bounds)" if best is not decoded[0] else ""
@@ -309,13 +330,13 @@ def _register_check(func, hardware: Any) -> PointCheck | None:
 
 
 def _first_that_fits(tlm, space: DesignSpace, hardware: Any, info, decoded: list,
-                     check: PointCheck | None) -> tuple[Any, str]:
+                     check: PointCheck | None, hint=None) -> tuple[Any, str]:
     """The first decoded point (greedy, then seeded top-k samples) that passes ``check``, or (None, why)."""
     from ..tlm.decode import decode_space
 
     if check is None or check.fits(decoded[0]):
         return decoded[0], ""
-    candidates = decoded if len(decoded) > 1 else decode_space(tlm, space, hardware, info, samples=RETRIES)
+    candidates = decoded if len(decoded) > 1 else decode_space(tlm, space, hardware, info, samples=RETRIES, hint=hint)
     for candidate in candidates:
         if check.fits(candidate):
             return candidate, ""
@@ -386,8 +407,9 @@ def _tlm_points(func, tvm_target, hardware, task_name: str, options: SelectOptio
         tlm = load("x86", (options.tlm_weights or {}).get("x86"))
     except TLMUnavailable:
         return []
+    hint = hint_for(tlm, func, tvm_target, "x86", hardware)
     return decode_space(tlm, DesignSpace(func, tvm_target), hardware, describe_task(func, task_name),
-                        samples=max(0, options.tune - 2))
+                        samples=max(0, options.tune - 2), hint=hint)
 
 
 def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice: RuleChoice | None,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..schedule.records import Decision
-from .language import TOKEN_ID, Sentence, TaskInfo, _number, tokens
+from .language import NO_HINT, TOKEN_ID, Hint, Sentence, TaskInfo, _number, tokens
 from .model import LoadedTLM
 
 
@@ -129,9 +129,10 @@ class _Chooser:
 
 
 def prompt_ids(sentence_head: Sentence) -> list[int]:
-    """[BOS] <target> <task> sketch — the tokens before the sketch number."""
+    """[BOS] <target> <task> [<hint>] sketch — the tokens before the (own) sketch number."""
     toks = tokens(sentence_head)
-    return [TOKEN_ID[t] for t in toks[: toks.index("sketch") + 1]]
+    last = len(toks) - 1 - toks[::-1].index("sketch")
+    return [TOKEN_ID[t] for t in toks[: last + 1]]
 
 
 def _point_filter(hardware, footprint):
@@ -152,20 +153,22 @@ class _NoFilter:
 
 
 def decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int = 0, seed: int = 0,
-                 top_k: int = 4, max_sketch_tries: int = 4) -> list[Decoded]:
+                 top_k: int = 4, max_sketch_tries: int = 4, hint: Hint | None = None) -> list[Decoded]:
     """Greedy decode (first), then ``samples`` seeded top-k samples, of one task's design space
-    (schedule.space.DesignSpace). A sketch whose point the postprocessors refuse is dropped and the
+    (schedule.space.DesignSpace). A guided model reads ``hint``, the rules' schedule of the task
+    (NO_HINT when not given); an unguided one ignores it. A sketch whose point the postprocessors refuse is dropped and the
     next most likely sketch tried. Empty when no legal point came out. BLAS runs on one thread:
     the same reductions on every machine, and no worker threads to wake for matrices this small
     (on a busy 2-core host, threaded BLAS made each step 20x slower)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        return _decode_space(tlm, space, hardware, task, samples, seed, top_k, max_sketch_tries)
+        return _decode_space(tlm, space, hardware, task, samples, seed, top_k, max_sketch_tries,
+                             (hint or NO_HINT) if tlm.summary.guided else None)
 
 
 def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int, seed: int, top_k: int,
-                  max_sketch_tries: int) -> list[Decoded]:
+                  max_sketch_tries: int, hint: Hint | None) -> list[Decoded]:
     from ..schedule.space import legal_values
 
     footprint = None
@@ -173,7 +176,7 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
         from ..schedule.cuda_footprint import SharedFootprint
 
         footprint = SharedFootprint.of(space.mod["main"])
-    head = Sentence(hardware, task, 0, ())
+    head = Sentence(hardware, task, 0, (), hint)
     prompt = prompt_ids(head)
     out: list[Decoded] = []
     seen: set = set()

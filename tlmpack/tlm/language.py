@@ -7,6 +7,14 @@ that version. Numbers 0..MAX_SMALL are single tokens (tile factors, indices, sma
 larger ones are spelled digit by digit between [NUM] and [/NUM], so the vocabulary never grows.
 Decisions are a marker (tile | cat | loc) then one token per value, in trace order.
 
+A guided sentence (a model whose training summary says ``guided``) first writes the rules'
+schedule of the task as a hint, then the model's own:
+
+    [BOS] <target> <task> sketch <rules' sketch> [SEP] <rules' decisions> [EOS] sketch <sketch> [SEP] ... [EOS]
+
+(``sketch [UNK] [EOS]`` where no rule fits), so the model learns where the rules are right and what
+to change where they are not: copying is what it falls back to, not a whole-task switch.
+
 Plain data in, plain data out; only ``describe_task`` reads TVM (lazily).
 """
 
@@ -81,13 +89,26 @@ class TaskInfo:
 
 
 @dataclass(frozen=True)
+class Hint:
+    """The rules' schedule a guided sentence starts from (sketch -1: no rule fits)."""
+
+    sketch: int
+    decisions: tuple[Decision, ...] = ()
+
+
+NO_HINT = Hint(-1)
+
+
+@dataclass(frozen=True)
 class Sentence:
-    """One task's schedule on one target: the hardware, the task, the sketch, the decisions."""
+    """One task's schedule on one target: the hardware, the task, the sketch, the decisions; and
+    for a guided model the rules' schedule it was shown (None: an unguided sentence)."""
 
     hardware: X86Hardware | CudaHardware
     task: TaskInfo
     sketch: int
     decisions: tuple[Decision, ...]
+    hint: Hint | None = None
 
 
 def op_words(task_name: str) -> tuple[str, ...]:
@@ -142,7 +163,7 @@ def _target_tokens(hw: X86Hardware | CudaHardware) -> list[str]:
     return out
 
 
-def _task_tokens(task: TaskInfo, sketch: int) -> list[str]:
+def _task_tokens(task: TaskInfo) -> list[str]:
     if task.kind not in TASK_KINDS or any(w not in OP_WORDS for w in task.ops) or any(
             d not in DTYPES for d in task.dtypes):
         raise ValueError(f"task {task} has words outside language version {LANGUAGE_VERSION}")
@@ -152,8 +173,17 @@ def _task_tokens(task: TaskInfo, sketch: int) -> list[str]:
     out.append("reduction")
     for n in task.reduction:
         out += _number(n)
-    out += [f"dtype:{d}" for d in task.dtypes]
-    return [*out, "sketch", *_number(sketch)]
+    return [*out, *(f"dtype:{d}" for d in task.dtypes)]
+
+
+def _schedule_tokens(sketch: int, decisions: tuple[Decision, ...]) -> list[str]:
+    """sketch <n> [SEP] <decisions> [EOS] (a hint without a rule: sketch [UNK] [EOS])."""
+    if sketch < 0:
+        return ["sketch", "[UNK]", "[EOS]"]
+    out = ["sketch", *_number(sketch), "[SEP]"]
+    for d in decisions:
+        out += _decision_tokens(d)
+    return [*out, "[EOS]"]
 
 
 def _decision_tokens(d: Decision) -> list[str]:
@@ -168,10 +198,10 @@ def _decision_tokens(d: Decision) -> list[str]:
 
 def tokens(sentence: Sentence) -> list[str]:
     """The sentence as token strings."""
-    out = ["[BOS]", *_target_tokens(sentence.hardware), *_task_tokens(sentence.task, sentence.sketch), "[SEP]"]
-    for d in sentence.decisions:
-        out += _decision_tokens(d)
-    return [*out, "[EOS]"]
+    out = ["[BOS]", *_target_tokens(sentence.hardware), *_task_tokens(sentence.task)]
+    if sentence.hint is not None:
+        out += _schedule_tokens(sentence.hint.sketch, sentence.hint.decisions)
+    return [*out, *_schedule_tokens(sentence.sketch, sentence.decisions)]
 
 
 def encode(sentence: Sentence) -> list[int]:
@@ -273,16 +303,31 @@ def decode_tokens(toks: list[str]) -> Sentence:
     dtypes = []
     while (r.peek() or "").startswith("dtype:"):
         dtypes.append(r.take().removeprefix("dtype:"))
+    first = _read_schedule(r)
+    hint = None
+    if r.peek() is not None:
+        hint, first = Hint(*first), _read_schedule(r)
+    if r.peek() is not None:
+        raise ValueError("tokens after [EOS]")
+    if first[0] < 0:
+        raise ValueError("a sentence's own schedule has no sketch")
+    return Sentence(hardware, TaskInfo(kind, tuple(ops), spatial, reduction, tuple(dtypes)), first[0], first[1],
+                    hint)
+
+
+def _read_schedule(r: _Reader) -> tuple[int, tuple[Decision, ...]]:
     r.take("sketch")
+    if r.peek() == "[UNK]":
+        r.take()
+        r.take("[EOS]")
+        return -1, ()
     sketch = r.number()
     r.take("[SEP]")
     decisions = []
     while r.peek() != "[EOS]":
         decisions.append(_read_decision(r))
     r.take("[EOS]")
-    if r.peek() is not None:
-        raise ValueError("tokens after [EOS]")
-    return Sentence(hardware, TaskInfo(kind, tuple(ops), spatial, reduction, tuple(dtypes)), sketch, tuple(decisions))
+    return sketch, tuple(decisions)
 
 
 def decode(ids: list[int]) -> Sentence:

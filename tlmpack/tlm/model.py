@@ -57,6 +57,7 @@ class TrainingSummary:
     seed: int = 0
     data: str = ""  # sha256 of the training set's sentences
     space_version: int = 1  # schedule.space.SPACE_VERSIONS: the sketches its training sentences covered
+    guided: bool = False  # its sentences start with the rules' schedule (language.Hint)
 
     def to_json(self) -> dict:
         return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops)}

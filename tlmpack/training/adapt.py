@@ -65,6 +65,7 @@ def build_batch(store: Store, machine: Machine, train_keys: list[str], eval_keys
     """Cross-builds the batch (see the module doc). ``weights``: name -> TLM weights whose greedy
     picks the eval tasks compare (default: the shipped model as ``unadapted``)."""
     from ..lower.x86 import x86_target
+    from ..schedule.select import hint_for
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
     from ..tlm.model import load_file, weights_path
@@ -80,11 +81,13 @@ def build_batch(store: Store, machine: Machine, train_keys: list[str], eval_keys
     programs, started = [], time.perf_counter()
     for i, (key, role) in enumerate([(k, "train") for k in train_keys] + [(k, "eval") for k in eval_keys], 1):
         task = store.task(key)
-        space = DesignSpace(load_func(task), tvm_target, seed=seed)
+        func = load_func(task)
+        space = DesignSpace(func, tvm_target, seed=seed)
         points: list[tuple[int, list, dict]] = []
         for name, tlm in models.items():
+            hint = hint_for(tlm, func, tvm_target, "x86", machine.hardware)
             for j, d in enumerate(decode_space(tlm, space, machine.hardware, task_info(task),
-                                               samples=samples if role == "train" else 0, seed=seed)):
+                                               samples=samples if role == "train" else 0, seed=seed, hint=hint)):
                 points.append((d.sketch, [x.to_json() for x in d.decisions],
                                {"chosen_by": "tlm", "rule": "greedy" if j == 0 else "top-k", "model": name}))
         folder = out_dir / key

@@ -47,7 +47,7 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
             say: Callable[[str], None] = print) -> dict[str, list[Candidate]]:
     """Per task: the TLM's greedy point and up to ``samples`` top-k samples (seeded), the rules'
     point, and the ``stored_best`` fastest stored programs of this hardware (to re-measure)."""
-    from ..schedule.select import schedule_with_rules
+    from ..schedule.select import hint_for, schedule_with_rules
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
     from ..tlm.model import load_file, weights_path
@@ -71,7 +71,9 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
                 seen.add(point)
                 found.append(c)
 
-        for j, d in enumerate(decode_space(tlm, space, hardware, task_info(task), samples=samples, seed=seed)):
+        hint = hint_for(tlm, func, tvm_target, target, hardware)
+        for j, d in enumerate(decode_space(tlm, space, hardware, task_info(task), samples=samples, seed=seed,
+                                           hint=hint)):
             add(Candidate(d.sketch, [x.to_json() for x in d.decisions], "tlm", "greedy" if j == 0 else "top-k"))
         if heuristic:
             choice = schedule_with_rules(func, tvm_target, target, hardware)

@@ -193,16 +193,18 @@ def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_n
 @click.option("--init", "init_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Start from these weights and only fine-tune (the improvement rounds).")
 @click.option("--smoke", is_flag=True, help="A tiny run (a few steps on a few tasks): checks the pipeline.")
+@click.option("--guided", is_flag=True, help="Each sentence after the rules' schedule of its task (`tlm hints`): "
+              "the model learns what to change in the rules' choice.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, finetune_steps: int, batch: int,
-          best_k: int, device: str, init_path: str | None, smoke: bool, data_dir: str | None) -> None:
+          best_k: int, device: str, init_path: str | None, smoke: bool, guided: bool, data_dir: str | None) -> None:
     """Train the TLM of TARGET from the store: grammar, then taste. Held-out tasks (data/heldout.json) stay out."""
     from pathlib import Path
 
     from ..tlm.model import ModelShape, weights_path
     from .dataset import build_training_set
     from .sites import load_sites
-    from .train import TrainConfig
+    from .train import GUIDED_SHAPE, TrainConfig, required_hints
     from .train import train as run
 
     store = _store(data_dir)
@@ -216,9 +218,15 @@ def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, fin
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     tasks = set(sorted(sites)[:12]) if smoke else None
     say(f"reading the {target} training set ...")
+    try:
+        hints = required_hints(store, target) if guided else None
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     data = build_training_set(store, target, sites, seed=seed, best_k=best_k, tasks=tasks,
-                              random_per_sketch=2 if smoke else 8)
-    shape = ModelShape(n_layer=1, n_head=2, n_embd=32) if smoke else ModelShape()
+                              random_per_sketch=2 if smoke else 8, hints=hints)
+    positions = GUIDED_SHAPE.n_positions if guided else ModelShape.n_positions
+    shape = ModelShape(n_layer=1, n_head=2, n_embd=32, n_positions=positions) if smoke else ModelShape(
+        n_positions=positions)
     cfg = TrainConfig(pretrain_steps=4 if smoke else pretrain_steps, finetune_steps=4 if smoke else finetune_steps,
                       batch=8 if smoke else batch, seed=seed, device=device)
     out = Path(out_path) if out_path else weights_path(target)
@@ -234,6 +242,17 @@ def sites(target: str, data_dir: str | None) -> None:
     from .sites import compute_sites
 
     click.echo(json.dumps(compute_sites(_store(data_dir), target, say=lambda m: click.echo(m, err=True))))
+
+
+@tlm.command()
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def hints(target: str, data_dir: str | None) -> None:
+    """Compute the rules' schedule of every stored task on every hardware its records were taken on,
+    which a guided TLM trains after (`tlm train --guided`): data/hints/TARGET.json.gz."""
+    from .hints import compute_hints
+
+    click.echo(str(compute_hints(_store(data_dir), target, say=lambda m: click.echo(m, err=True))))
 
 
 def _keys(store, target: str, tasks: str) -> list[str]:
@@ -457,6 +476,7 @@ def calibrate(target: str, reports: tuple[str, ...], threads: int, weights: str 
     reports of TRAINING tasks (never held-out ones): the floor that maximises the speed-up over the rules."""
     from pathlib import Path
 
+    from ..schedule.select import hint_for
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
     from ..tlm.model import load_file, set_min_confidence, weights_path
@@ -474,7 +494,9 @@ def calibrate(target: str, reports: tuple[str, ...], threads: int, weights: str 
     confidences = {}
     for r in rows:
         task = store.task(r["task"])
-        decoded = decode_space(tlm, DesignSpace(load_func(task), tvm_target), hardware, task_info(task))
+        func = load_func(task)
+        decoded = decode_space(tlm, DesignSpace(func, tvm_target), hardware, task_info(task),
+                               hint=hint_for(tlm, func, tvm_target, target, hardware))
         if decoded:
             confidences[r["task"]] = decoded[0].confidence
     result = choose(rows, confidences)
@@ -498,6 +520,7 @@ def generate(target: str, tasks: tuple[str, ...], samples: int, threads: int, we
     with the sentence in the tensor language and the model's confidence."""
     from pathlib import Path
 
+    from ..schedule.select import hint_for
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space, out_of_distribution
     from ..tlm.language import Sentence, tokens
@@ -517,10 +540,12 @@ def generate(target: str, tasks: tuple[str, ...], samples: int, threads: int, we
                                      param_hint="--task")
         task = store.task(found[0])
         info = task_info(task)
-        for i, d in enumerate(decode_space(tlm, DesignSpace(load_func(task), tvm_target), hardware, info,
-                                           samples=samples, seed=seed)):
+        func = load_func(task)
+        hint = hint_for(tlm, func, tvm_target, target, hardware)
+        for i, d in enumerate(decode_space(tlm, DesignSpace(func, tvm_target), hardware, info,
+                                           samples=samples, seed=seed, hint=hint)):
             click.echo(json.dumps({
                 "task": found[0], "name": task["name"], "model": tlm.id, "rank": i, "sketch": d.sketch,
                 "decisions": [x.to_json() for x in d.decisions], "confidence": round(d.confidence, 4),
                 "model_ms": round(d.decode_ms, 2), "out_of_distribution": out_of_distribution(tlm, info),
-                "sentence": " ".join(tokens(Sentence(hardware, info, d.sketch, d.decisions)))}, sort_keys=True))
+                "sentence": " ".join(tokens(Sentence(hardware, info, d.sketch, d.decisions, hint)))}, sort_keys=True))

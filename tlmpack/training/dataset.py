@@ -22,7 +22,8 @@ from ..schedule.hardware import CudaHardware, X86Hardware
 from ..schedule.records import Decision
 from ..schedule.space import SamplingSite, legal_values
 from ..tlm.decode import MARKER, value_tokens
-from ..tlm.language import TOKEN_ID, Sentence, TaskInfo, encode
+from ..tlm.language import NO_HINT, TOKEN_ID, Hint, Sentence, TaskInfo, encode
+from .hints import hardware_key
 from .store import Store
 
 HELDOUT_FILE = "heldout.json"
@@ -72,16 +73,18 @@ def _legal_prefix_tokens(kind: str, values: tuple, chosen) -> tuple[tuple[int, t
 
 
 def make_example(hardware, task: TaskInfo, sketch: int, decisions: tuple[Decision, ...],
-                 sites: list[list[SamplingSite]], weight: float = 1.0) -> Example | None:
-    """The sentence of one program with its masks; None when its decisions do not fit the sites
-    (a record of another space) or the sentence does not encode."""
+                 sites: list[list[SamplingSite]], weight: float = 1.0, hint: Hint | None = None) -> Example | None:
+    """The sentence of one program with its masks (after ``hint``, the rules' schedule, for a
+    guided model: never scored); None when its decisions do not fit the sites (a record of another
+    space) or the sentence does not encode."""
     if not 0 <= sketch < len(sites) or len(sites[sketch]) != len(decisions):
         return None
     try:
-        ids = encode(Sentence(hardware, task, sketch, decisions))
+        ids = encode(Sentence(hardware, task, sketch, decisions, hint))
     except (ValueError, KeyError):
         return None
-    head = ids.index(TOKEN_ID["[SEP]"])
+    own = len(ids) - 1 - ids[::-1].index(TOKEN_ID["sketch"])
+    head = ids.index(TOKEN_ID["[SEP]"], own)
     # the sketch number: the tokens between "sketch" and [SEP]
     sketch_at = head - len(value_tokens("sketch", sketch))
     scored: list[tuple[int, tuple[int, ...]]] = []
@@ -152,6 +155,7 @@ class TrainingSet:
     tasks: set[str]
     infos: dict[str, TaskInfo]
     sha256: str
+    guided: bool = False  # every sentence starts with the rules' hint (tlm.language.Hint)
 
 
 def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = None) -> dict[tuple, list[dict]]:
@@ -163,22 +167,21 @@ def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = No
         if llvm_cpu is None and r.get("role"):  # another machine's adapt batch: only `tlm adapt` learns it
             continue
         if r.get("valid") and r["task"] not in skip and latency(r) > 0 and r.get("role") != "eval":
-            hw = json.dumps({k: v for k, v in r["hardware"].items() if k not in ("features", "llvm_cpu")},
-                            sort_keys=True)
-            groups[(r["task"], hw, r.get("timer", ""), r.get("timing", ""))].append(r)
+            groups[(r["task"], hardware_key(r["hardware"]), r.get("timer", ""), r.get("timing", ""))].append(r)
     return groups
 
 
 def build_training_set(store: Store, target: str, sites: dict[str, list[list[SamplingSite]]], seed: int = 0,
                        random_per_sketch: int = 8, best_k: int = 8, beta: float = 6.0,
-                       tasks: set[str] | None = None, heldout: bool = False, llvm_cpu: str | None = None
-                       ) -> TrainingSet:
+                       tasks: set[str] | None = None, heldout: bool = False, llvm_cpu: str | None = None,
+                       hints: dict[tuple[str, str], Hint] | None = None) -> TrainingSet:
     """grammar: every valid measured program plus ``random_per_sketch`` random legal sentences per
     sketch and hardware; taste: per group the ``best_k`` fastest programs, weighted
     exp(-beta * ln(latency / best)) and normalised so each group weighs the same. ``tasks``:
     only these (default: every task but the held-out ones); ``heldout``: only the held-out ones
     (an evaluation set, never trained on); ``llvm_cpu``: only records measured on that CPU (adapting
-    to another machine)."""
+    to another machine); ``hints`` (training.hints.load_hints): guided sentences, each after the
+    rules' schedule of its task on its hardware (NO_HINT where none was computed)."""
     skip = heldout_keys(store, target)
     if heldout:
         tasks, skip = heldout_keys(store, target, evaluation=True), set()
@@ -196,37 +199,39 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
         info = infos.get(key) or infos.setdefault(key, task_info(store.task(key)))
         hardware = hardware_of(records[0])
         hardwares[hw_json] = hardware
+        hint = None if hints is None else hints.get((key, hw_json), NO_HINT)
         records = sorted(records, key=latency)
         best = latency(records[0])
         weights = [math.exp(-beta * math.log(latency(r) / best)) for r in records[:best_k]]
         norm = sum(weights)
         for r in records:
             ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),
-                              sites[key])
+                              sites[key], hint=hint)
             if ex is not None:
                 grammar.append(ex)
                 used.add(key)
         if len(records) >= 2:
             for r, w in zip(records[:best_k], weights, strict=False):
                 ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),
-                                  sites[key], weight=w / norm * min(len(records), best_k))
+                                  sites[key], weight=w / norm * min(len(records), best_k), hint=hint)
                 if ex is not None:
                     taste.append(ex)
     rng = random.Random(f"grammar:{target}:{seed}")
     for key in sorted(used):
-        for hardware in hardwares.values():
+        for hw_json, hardware in hardwares.items():
+            hint = None if hints is None else hints.get((key, hw_json), NO_HINT)
             for sketch, sketch_sites in enumerate(sites[key]):
                 for _ in range(random_per_sketch):
                     decisions = tuple(_random_decision(s, rng) for s in sketch_sites)
                     if any(d is None for d in decisions):
                         break
-                    ex = make_example(hardware, infos[key], sketch, decisions, sites[key])
+                    ex = make_example(hardware, infos[key], sketch, decisions, sites[key], hint=hint)
                     if ex is not None:
                         grammar.append(ex)
     digest = hashlib.sha256()
     for ex in grammar + taste:
         digest.update(json.dumps([ex.ids, round(ex.weight, 6)]).encode())
-    return TrainingSet(grammar, taste, used, infos, digest.hexdigest())
+    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None)
 
 
 def _random_decision(site: SamplingSite, rng: random.Random) -> Decision | None:
@@ -249,7 +254,7 @@ def save_training_set(data: TrainingSet, path: Path) -> None:
 
     with gzip.open(path, "wb", compresslevel=6) as f:
         pickle.dump({"grammar": data.grammar, "taste": data.taste, "tasks": sorted(data.tasks),
-                     "infos": data.infos, "sha256": data.sha256}, f, protocol=4)
+                     "infos": data.infos, "sha256": data.sha256, "guided": data.guided}, f, protocol=4)
 
 
 def load_training_set(path: Path) -> TrainingSet:
@@ -257,4 +262,4 @@ def load_training_set(path: Path) -> TrainingSet:
 
     with gzip.open(path, "rb") as f:
         d = pickle.load(f)  # noqa: S301  (our own file, written by save_training_set)
-    return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"])
+    return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"], d.get("guided", False))

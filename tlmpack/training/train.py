@@ -128,6 +128,7 @@ def evaluate(model, examples: list[Example], device: str, batch: int = 128) -> d
 
 
 DEFAULT_CONFIG, DEFAULT_SHAPE = TrainConfig(), ModelShape()
+GUIDED_SHAPE = ModelShape(n_positions=256)  # a guided sentence holds two schedules
 
 
 def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_CONFIG,
@@ -149,6 +150,13 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
         model, shape = base.torch_model(), base.shape
     else:
         model = new_model(shape, cfg.seed)
+    longest = max((len(e.ids) for e in data.grammar + data.taste), default=0)
+    if longest > shape.n_positions:
+        raise ValueError(f"the longest training sentence has {longest} tokens, over the model's {shape.n_positions} "
+                         "positions (a guided set needs GUIDED_SHAPE)")
+    if base is not None and base.summary.guided != data.guided:
+        raise ValueError(f"--init weights are {'' if base.summary.guided else 'not '}guided, the training set is "
+                         f"{'' if data.guided else 'not '}: fine-tune on the same kind of sentences")
     model.to(cfg.device)
     say(f"{target}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters; "
         f"{len(data.grammar)} grammar and {len(data.taste)} taste sentences over {len(data.tasks)} tasks")
@@ -173,10 +181,20 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
         ranges[info.kind] = [min(low, size), max(high, size)]
     summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
                               max(len(data.tasks), base.summary.tasks if base else 0),
-                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION)
+                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION, data.guided)
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
     return report
+
+
+def required_hints(store, target: str) -> dict:
+    """The store's hints of ``target`` for a guided set; ValueError when they were never computed."""
+    from .hints import hints_path, load_hints
+
+    hints = load_hints(store, target)
+    if not hints:
+        raise ValueError(f"no hints at {hints_path(store, target)}: run `tlmpack tlm hints --target {target}` first")
+    return hints
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,10 +221,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--heldout", default=None, help="A saved training set of the held-out tasks, to report on.")
     p.add_argument("--layers", type=int, default=ModelShape.n_layer)
     p.add_argument("--embd", type=int, default=ModelShape.n_embd)
+    p.add_argument("--guided", action="store_true", help="--store: sentences after the rules' hints (data/hints/).")
     a = p.parse_args(argv)
     cfg = TrainConfig(pretrain_steps=a.pretrain_steps, finetune_steps=a.finetune_steps, batch=a.batch, seed=a.seed,
                       device=a.device)
-    shape = ModelShape(n_layer=a.layers, n_embd=a.embd)
     if a.store:
         from .dataset import build_training_set
         from .sites import load_sites
@@ -214,11 +232,13 @@ def main(argv: list[str] | None = None) -> None:
 
         store = Store(a.store)
         data = build_training_set(store, a.target, load_sites(store, a.target), seed=a.seed, best_k=a.best_k,
-                                  llvm_cpu=a.llvm_cpu)
+                                  llvm_cpu=a.llvm_cpu, hints=required_hints(store, a.target) if a.guided else None)
     elif a.data:
         data = load_training_set(Path(a.data))
     else:
         p.error("give --data or --store")
+    positions = GUIDED_SHAPE.n_positions if data.guided else ModelShape.n_positions
+    shape = ModelShape(n_layer=a.layers, n_embd=a.embd, n_positions=positions)
     report = train(data, a.target, Path(a.out), cfg, shape,
                    say=lambda m: print(m, flush=True), init=Path(a.init) if a.init else None,
                    heldout=load_training_set(Path(a.heldout)) if a.heldout else None)

@@ -1,0 +1,96 @@
+"""The rules' schedule of every stored task, per hardware the records were measured on, kept under
+data/hints/ so that a guided TLM (tlm.language.Hint) trains on the sentence a build will show it
+without TVM (the GPU machine has none).
+
+A build computes the same hint from the same rules (schedule.select.rules_hint), so a rule change
+shifts what a guided model reads; `tlmpack tlm hints` recomputes the file and the file records the
+tlmpack version that wrote it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ..schedule.records import Decision
+from ..tlm.language import NO_HINT, Hint
+from .store import Store
+
+HINTS_VERSION = 1
+
+
+def hardware_key(hardware: dict) -> str:
+    """The part of a record's hardware that a hint depends on, as one string (as dataset._groups)."""
+    return json.dumps({k: v for k, v in hardware.items() if k not in ("features", "llvm_cpu")}, sort_keys=True)
+
+
+def hints_path(store: Store, target: str) -> Path:
+    return store.root / "hints" / f"{target}.json.gz"
+
+
+def load_hints(store: Store, target: str) -> dict[tuple[str, str], Hint]:
+    """(task key, hardware_key) -> the rules' hint ({} when none were computed)."""
+    path = hints_path(store, target)
+    if not path.is_file():
+        return {}
+    with gzip.open(path, "rt") as f:
+        raw = json.load(f)
+    return {(h["task"], h["hardware"]): Hint(h["sketch"], tuple(Decision.from_json(d) for d in h["decisions"]))
+            for h in raw["hints"]}
+
+
+def _hardwares(store: Store, target: str) -> dict[str, set[str]]:
+    """task -> the hardware keys of its valid records (another machine's adapt batches excluded)."""
+    out: dict[str, set[str]] = {}
+    for r in store.records(target):
+        if r.get("valid") and not r.get("role"):
+            out.setdefault(r["task"], set()).add(hardware_key(r["hardware"]))
+    return out
+
+
+def rules_hint_for(func, target: str, hardware: dict) -> Hint:
+    """The rules' schedule of one task on one recorded hardware, as a build computes it."""
+    from ..schedule.select import rules_hint
+
+    if target == "x86":
+        from ..lower.x86 import x86_target
+        from ..schedule.hardware import detect_x86
+
+        t = x86_target(num_cores=hardware["cores"])
+        return rules_hint(func, t.tvm_target(), "x86", detect_x86(t.features, t.num_cores))
+    from ..schedule.hardware import cuda_hardware
+    from .cuda_programs import cuda_tvm_target
+
+    return rules_hint(func, cuda_tvm_target(), "cuda", cuda_hardware(hardware["arch"]))
+
+
+def compute_hints(store: Store, target: str, say: Callable[[str], None] = print) -> Path:
+    """Writes data/hints/<target>.json.gz: the rules' point of every task on every hardware its
+    records were taken on (x86: the records' core counts), NO_HINT where no rule fits."""
+    import tlmpack
+
+    from .corpus import load_func
+
+    tasks = _hardwares(store, target)
+    out = []
+    for i, key in enumerate(sorted(tasks), 1):
+        func = load_func(store.task(key))
+        for hw in sorted(tasks[key]):
+            try:
+                hint = rules_hint_for(func, target, json.loads(hw))
+            except Exception as e:  # a task the rules cannot schedule: the model reads no hint
+                say(f"{key}: no hint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+                hint = NO_HINT
+            out.append({"task": key, "hardware": hw, "sketch": hint.sketch,
+                        "decisions": [d.to_json() for d in hint.decisions]})
+        if i % 25 == 0 or i == len(tasks):
+            say(f"[{i}/{len(tasks)}] hints computed")
+    path = hints_path(store, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"v": HINTS_VERSION, "target": target, "tlmpack": tlmpack.__version__, "hints": out},
+                      sort_keys=True, separators=(",", ":")).encode()
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as f:
+        f.write(body)  # mtime 0: the same hints give the same bytes
+    return path
