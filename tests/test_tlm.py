@@ -182,6 +182,54 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
         set_summary_fields(out, no_such_field=1)
 
 
+def test_a_guided_model_trains_after_the_rules_hints_and_decodes_legal_points_after_them(tmp_path, spaces):
+    """--guided: every sentence starts with the rules' schedule of its task (data/hints/); the weights
+    say so, and decoding (a build, `tlm generate`) shows the model the rules' point first."""
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.select import hint_for, rules_hint
+    from tlmpack.tlm.decode import decode_space
+    from tlmpack.tlm.model import load_file
+    from tlmpack.training.sample import replay_point
+
+    out = tmp_path / "guided.safetensors"
+    result = CliRunner().invoke(main, ["tlm", "train", "--target", "x86", "--smoke", "--guided", "--device", "cpu",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    guided = load_file(out, "x86")
+    assert guided.summary.guided and guided.shape.n_positions >= 256
+    func, space = spaces["fused_dense_add_relu"]
+    tvm_target = x86_target(num_cores=2).tvm_target()
+    hint = hint_for(guided, func, tvm_target, "x86", HARDWARE)
+    assert hint == rules_hint(func, tvm_target, "x86", HARDWARE) and hint.sketch >= 0 and hint.decisions
+    info = describe_task(func, "fused_dense_add_relu")
+    (d,) = decode_space(guided, space, HARDWARE, info, hint=hint)
+    again = replay_point(space, d.sketch, d.decisions)
+    assert again is not None and again.decisions == d.decisions
+    assert decode_space(guided, space, HARDWARE, info, hint=hint)[0].decisions == d.decisions  # deterministic
+
+    init = CliRunner().invoke(main, ["tlm", "train", "--target", "x86", "--smoke", "--device", "cpu", "--init",
+                                     str(out), "--out", str(tmp_path / "mixed.safetensors")])
+    assert init.exit_code != 0 and "guided" in str(init.exception)  # unguided sentences on guided weights
+
+
+def test_guided_training_without_hints_says_how_to_make_them(tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+    from tlmpack.training.store import default_root
+
+    data = tmp_path / "data"
+    shutil.copytree(default_root(), data, ignore=shutil.ignore_patterns("hints", "records"))
+    result = CliRunner().invoke(main, ["tlm", "train", "--target", "x86", "--smoke", "--guided", "--device", "cpu",
+                                       "--data-dir", str(data), "--out", str(tmp_path / "w.safetensors")])
+    assert result.exit_code != 0 and "tlmpack tlm hints --target x86" in result.output
+
+
 def test_two_tlm_builds_in_fresh_processes_are_byte_identical(tmp_path):
     import subprocess
     import sys
@@ -251,3 +299,22 @@ def test_sites_of_a_task_with_a_record_on_a_newer_sketch_are_recomputed(tmp_path
                                       {**base, "task": "uncached", "sketch": 5}])
     cached = {"old": [[], [], []], "fine": [[], []]}
     assert stale_tasks(store, "cuda", cached) == {"old"}
+
+
+def test_a_guided_taste_copies_the_rules_unless_a_measured_program_beats_them():
+    from tlmpack.schedule.records import Decision
+    from tlmpack.tlm.language import Hint
+    from tlmpack.training.dataset import edit_taste
+
+    def rec(us: float, tile: int) -> dict:
+        return {"target": "cuda", "median_us": us, "sketch": 0, "decisions": [["tile", [tile, 1]]]}
+
+    hint = Hint(0, (Decision("tile", (4, 1)),))
+    rules_best = [rec(10.0, 4), rec(10.2, 8), rec(30.0, 2)]  # 10.2: within the noise of the rules' 10.0
+    assert edit_taste(rules_best, hint, [(r, 1 / 3) for r in rules_best], 8, 6.0) == [(rules_best[0], 1.0)]
+    beaten = [rec(5.0, 16), rec(6.0, 8), rec(10.0, 4)]
+    picked = edit_taste(beaten, hint, [(r, 1 / 3) for r in beaten], 8, 6.0)
+    assert [r["decisions"] for r, _ in picked] == [[["tile", [16, 1]]], [["tile", [8, 1]]]]
+    assert picked[0][1] > picked[1][1] and abs(sum(w for _, w in picked) - 1.0) < 1e-9
+    unmeasured = [rec(5.0, 16), rec(6.0, 8)]
+    assert edit_taste(unmeasured, hint, [(unmeasured[0], 1.0)], 8, 6.0) == [(unmeasured[0], 0.5)]

@@ -28,6 +28,17 @@ def test_compare_measures_the_tlm_against_the_rules_and_the_best_of_the_same_pas
     assert small["tasks"] == 2 and math.isclose(small["tlm_speedup_vs_heuristic_geomean"], 1.0)
 
 
+def test_compare_gives_each_versus_models_pick_of_the_same_pass():
+    records = [_record("a", 10.0, "tlm", "greedy"), _record("a", 20.0, "heuristic", "x"),
+               _record("a", 40.0, "tlm", "greedy:shipped"), _record("b", 30.0, "tlm", "greedy"),
+               _record("b", 15.0, "heuristic", "x"), _record("b", 15.0, "tlm", "greedy:shipped")]
+    result = compare(records, sites={})
+    rows = {r["task"]: r for r in result["rows"]}
+    assert rows["a"]["tlm_us"] == 10.0 and rows["a"]["versus_us"] == {"shipped": 40.0}
+    small = result["small_spaces"]
+    assert small["shipped_speedup_vs_heuristic_geomean"] == pytest.approx(math.sqrt(0.5 * 1.0), rel=1e-3)
+
+
 def test_calibrate_picks_the_floor_that_keeps_the_good_picks_and_drops_the_bad():
     rows = [{"task": "good", "tlm_us": 5.0, "heuristic_us": 10.0}, {"task": "bad", "tlm_us": 40.0, "heuristic_us": 10.0}]
     result = calibrate(rows, {"good": 0.9, "bad": 0.2})

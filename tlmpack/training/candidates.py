@@ -44,9 +44,11 @@ def _task_hardware(target: str, threads: int):
 
 def propose(store: Store, target: str, keys: list[str], samples: int, threads: int = 1, seed: int = 0,
             weights: str | None = None, stored_best: int = 0, heuristic: bool = True,
-            say: Callable[[str], None] = print) -> dict[str, list[Candidate]]:
+            say: Callable[[str], None] = print, versus: dict[str, str] | None = None) -> dict[str, list[Candidate]]:
     """Per task: the TLM's greedy point and up to ``samples`` top-k samples (seeded), the rules'
-    point, and the ``stored_best`` fastest stored programs of this hardware (to re-measure)."""
+    point, the ``stored_best`` fastest stored programs of this hardware (to re-measure), and the
+    greedy point of each other model of ``versus`` (name -> weights; rule ``greedy:<name>``, even
+    where it is the same point: each model's row reads its own measurement)."""
     from ..schedule.select import hint_for, schedule_with_rules
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
@@ -55,6 +57,7 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
     from .dataset import task_info
 
     tlm = load_file(Path(weights) if weights else weights_path(target), target)
+    others = {name: load_file(Path(path), target) for name, path in (versus or {}).items()}
     tvm_target, hardware = _task_hardware(target, threads)
     best = _stored_best(store, target, set(keys), threads, stored_best) if stored_best else {}
     out: dict[str, list[Candidate]] = {}
@@ -75,6 +78,11 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
         for j, d in enumerate(decode_space(tlm, space, hardware, task_info(task), samples=samples, seed=seed,
                                            hint=hint)):
             add(Candidate(d.sketch, [x.to_json() for x in d.decisions], "tlm", "greedy" if j == 0 else "top-k"))
+        for name, other in others.items():
+            d = decode_space(other, space, hardware, task_info(task),
+                             hint=hint_for(other, func, tvm_target, target, hardware))
+            if d:
+                found.append(Candidate(d[0].sketch, [x.to_json() for x in d[0].decisions], "tlm", f"greedy:{name}"))
         if heuristic:
             choice = schedule_with_rules(func, tvm_target, target, hardware)
             if choice is not None:  # even when the TLM chose the same point: then both rows show it

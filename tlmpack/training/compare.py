@@ -47,6 +47,9 @@ def compare(records: list[dict], sites: dict[str, list], names: dict[str, str] |
         row["tlm_vs_best"] = best / row["tlm_us"]  # speed of the TLM's pick relative to the best: <= 1
         if row["heuristic_us"]:
             row["tlm_speedup_vs_heuristic"] = row["heuristic_us"] / row["tlm_us"]
+        for r in valid:  # other models' greedy picks of the same pass (`tlm measure --versus`)
+            if r.get("chosen_by") == "tlm" and str(r.get("rule", "")).startswith("greedy:"):
+                row.setdefault("versus_us", {})[r["rule"].removeprefix("greedy:")] = latency(r)
         rows.append(row)
     return {"rows": rows, "matters": _summary([r for r in rows if r.get("tlm_us") and r["space"] >= 8]),
             "small_spaces": _summary([r for r in rows if r.get("tlm_us") and r["space"] < 8])}
@@ -63,6 +66,10 @@ def _summary(rows: list[dict]) -> dict:
     out = {"tasks": len(rows), "tlm_speed_vs_best_geomean": _geomean(vs_best),
            "tlm_speedup_vs_heuristic_geomean": _geomean(vs_heur),
            "heuristic_speed_vs_best_geomean": _geomean(heur_vs_best)}
+    for name in sorted({n for r in rows for n in r.get("versus_us", {})}):
+        paired = [r for r in rows if name in r.get("versus_us", {}) and r.get("heuristic_us")]
+        out[f"{name}_speedup_vs_heuristic_geomean"] = _geomean([r["heuristic_us"] / r["versus_us"][name] for r in paired])
+        out[f"{name}_speed_vs_best_geomean"] = _geomean([r["best_us"] / r["versus_us"][name] for r in paired])
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 

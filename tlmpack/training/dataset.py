@@ -211,9 +211,15 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
                 grammar.append(ex)
                 used.add(key)
         if len(records) >= 2:
-            for r, w in zip(records[:best_k], weights, strict=False):
+            if hint is not None and hint.sketch >= 0:
+                picked = edit_taste(records, hint, list(zip(records[:best_k], [w / norm for w in weights],
+                                                            strict=False)), best_k, beta)
+            else:
+                picked = list(zip(records[:best_k], [w / norm * min(len(records), best_k) for w in weights],
+                                  strict=False))
+            for r, w in picked:
                 ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),
-                                  sites[key], weight=w / norm * min(len(records), best_k), hint=hint)
+                                  sites[key], weight=w, hint=hint)
                 if ex is not None:
                     taste.append(ex)
     rng = random.Random(f"grammar:{target}:{seed}")
@@ -232,6 +238,28 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     for ex in grammar + taste:
         digest.update(json.dumps([ex.ids, round(ex.weight, 6)]).encode())
     return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None)
+
+
+BETTER_THAN_RULES = 1.03  # a program counts as an improvement on the rules' point past this ratio
+
+
+def edit_taste(records: list[dict], hint: Hint, picked: list[tuple[dict, float]], best_k: int,
+               beta: float) -> list[tuple[dict, float]]:
+    """A guided model's taste for one group (``records`` fastest first): where the rules' own point
+    was measured, the programs faster than it by BETTER_THAN_RULES (latency-weighted), or the rules'
+    point itself where none is: copy the rules unless a measured program beats them. Where it was
+    not measured, ``picked`` (the best ``best_k``, weights summing to 1) at half weight: no evidence
+    either way. Each group's weights sum to 1 (0.5 unmeasured)."""
+    decisions = [d.to_json() for d in hint.decisions]
+    rules = [r for r in records if r["sketch"] == hint.sketch and r["decisions"] == decisions]
+    if not rules:
+        return [(r, w * 0.5) for r, w in picked]
+    bar = latency(rules[0]) / BETTER_THAN_RULES
+    better = [r for r in records if latency(r) < bar][:best_k]
+    if not better:
+        return [(rules[0], 1.0)]
+    weights = [math.exp(-beta * math.log(latency(r) / latency(better[0]))) for r in better]
+    return [(r, w / sum(weights)) for r, w in zip(better, weights, strict=True)]
 
 
 def _random_decision(site: SamplingSite, rng: random.Random) -> Decision | None:
