@@ -318,3 +318,31 @@ def test_a_guided_taste_copies_the_rules_unless_a_measured_program_beats_them():
     assert picked[0][1] > picked[1][1] and abs(sum(w for _, w in picked) - 1.0) < 1e-9
     unmeasured = [rec(5.0, 16), rec(6.0, 8)]
     assert edit_taste(unmeasured, hint, [(unmeasured[0], 1.0)], 8, 6.0) == [(unmeasured[0], 0.5)]
+
+
+def test_an_anchor_margin_keeps_the_rules_point_unless_the_model_is_clearly_surer(tmp_path, shipped, spaces):
+    """anchor_margin: greedy decoding keeps the rules' token unless the model's best beats it by the
+    margin (log-probability). Past every gap it writes the rules' schedule itself; at 0 it is plain greedy."""
+    import shutil
+
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.select import hint_for, rules_hint
+    from tlmpack.tlm.decode import decode_space
+    from tlmpack.tlm.model import load_file, set_summary_fields, weights_path
+
+    path = tmp_path / "anchored.safetensors"
+    shutil.copy(weights_path("x86"), path)
+    set_summary_fields(path, anchor_margin=1e9)
+    anchored = load_file(path, "x86")
+    tvm_target = x86_target(num_cores=2).tvm_target()
+    differs = 0
+    for name, (func, space) in spaces.items():
+        info = describe_task(func, name)
+        hint = hint_for(anchored, func, tvm_target, "x86", HARDWARE)
+        assert hint == rules_hint(func, tvm_target, "x86", HARDWARE)
+        (d,) = decode_space(anchored, space, HARDWARE, info, hint=hint)
+        assert (d.sketch, d.decisions) == (hint.sketch, hint.decisions), name
+        plain = decode_space(shipped, space, HARDWARE, info, hint=hint)[0]  # margin 0: the hint is not read
+        assert hint_for(shipped, func, tvm_target, "x86", HARDWARE) is None
+        differs += (plain.sketch, plain.decisions) != (d.sketch, d.decisions)
+    assert differs  # the model alone departs from the rules somewhere, so the test can fail

@@ -199,8 +199,9 @@ def rules_hint(func, tvm_target, target_kind: str, hardware: Any):
 
 
 def hint_for(tlm, func, tvm_target, target_kind: str, hardware: Any):
-    """The hint ``tlm`` decodes after: the rules' schedule for a guided model, None for another."""
-    return rules_hint(func, tvm_target, target_kind, hardware) if tlm.summary.guided else None
+    """The hint ``tlm`` decodes after: the rules' schedule for a guided or anchored model, else None."""
+    needs = tlm.summary.guided or tlm.summary.anchor_margin > 0
+    return rules_hint(func, tvm_target, target_kind, hardware) if needs else None
 
 
 SCHEDULERS = ("auto", "tlm", "heuristic", "baseline", "dlight")

@@ -80,16 +80,20 @@ class _Session:
 
 
 class _Chooser:
-    """Chooses legal values token by token: greedy, or a seeded top-k sample."""
+    """Chooses legal values token by token: greedy, or a seeded top-k sample. Greedy with an anchor
+    margin > 0 keeps the rules' token (``preferred``) unless the model's best token beats it by more
+    than ``margin`` in log-probability: the model overrides the rules only where it is clearly sure."""
 
     def __init__(self, session: _Session, rng: random.Random | None = None, top_k: int = 4,
-                 temperature: float = 1.0) -> None:
+                 temperature: float = 1.0, margin: float = 0.0) -> None:
         self.session, self.rng, self.top_k, self.temperature = session, rng, top_k, temperature
+        self.margin = margin if rng is None else 0.0
         self.logp: list[float] = []  # per choice with more than one legal value
 
-    def choose(self, values: list, kind: str) -> Any:
+    def choose(self, values: list, kind: str, preferred: Any = None) -> Any:
         """One of ``values`` (each written as ``value_tokens(kind, v)``); pushes its tokens."""
         seqs = [(value_tokens(kind, v), v) for v in values]
+        anchor = value_tokens(kind, preferred) if self.margin > 0 and preferred in values else None
         total = 0.0
         depth = 0
         while True:
@@ -99,8 +103,15 @@ class _Chooser:
             if len(nexts) == 1:
                 token = nexts[0]
             else:
-                token, logp = self._pick(nexts, self.session.scores(nexts))
+                scores = self.session.scores(nexts)
+                token, logp = self._pick(nexts, scores)
+                if anchor is not None and depth < len(anchor) and anchor[depth] != token:
+                    kept = scores[nexts.index(anchor[depth])]
+                    if max(scores) - kept <= self.margin:  # logits differ as log-probabilities do
+                        token, logp = anchor[depth], logp - (max(scores) - kept)
                 total += logp
+            if anchor is not None and (depth >= len(anchor) or anchor[depth] != token):
+                anchor = None  # off the rules' value: the rest is the model's
             self.session.push(token)
             seqs = [(s, v) for s, v in seqs if len(s) > depth and s[depth] == token]
             depth += 1
@@ -126,6 +137,26 @@ class _Chooser:
 
     def confidence(self) -> float:
         return math.exp(sum(self.logp) / len(self.logp)) if self.logp else 1.0
+
+
+class _RulesCursor:
+    """Walks the rules' decisions beside the decoder's sites: the rules' value of each site, by kind
+    in trace order (a rule that replays without compute locations has none to offer for them)."""
+
+    def __init__(self, hint: Hint | None) -> None:
+        self.decisions = list(hint.decisions) if hint is not None else []
+        self.i = 0
+
+    def value(self, kind: str) -> Any:
+        while self.i < len(self.decisions):
+            d = self.decisions[self.i]
+            if d.kind == kind:
+                self.i += 1
+                return tuple(d.value) if kind == "tile" else d.value
+            if kind == "compute_location":
+                return None  # the rules left this location to the sketch
+            self.i += 1  # a location the decoder does not visit
+        return None
 
 
 def prompt_ids(sentence_head: Sentence) -> list[int]:
@@ -163,8 +194,9 @@ def decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int =
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
+        needs = tlm.summary.guided or tlm.summary.anchor_margin > 0
         return _decode_space(tlm, space, hardware, task, samples, seed, top_k, max_sketch_tries,
-                             (hint or NO_HINT) if tlm.summary.guided else None)
+                             (hint or NO_HINT) if needs else None)
 
 
 def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int, seed: int, top_k: int,
@@ -176,8 +208,10 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
         from ..schedule.cuda_footprint import SharedFootprint
 
         footprint = SharedFootprint.of(space.mod["main"])
-    head = Sentence(hardware, task, 0, (), hint)
+    guided = tlm.summary.guided
+    head = Sentence(hardware, task, 0, (), hint if guided else None)
     prompt = prompt_ids(head)
+    anchor = hint if hint is not None and hint.sketch >= 0 and tlm.summary.anchor_margin > 0 else None
     out: list[Decoded] = []
     seen: set = set()
     for attempt in range(samples + 1):
@@ -185,18 +219,19 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
         refused: set[int] = set()
         for _ in range(max_sketch_tries):
             session = _Session(tlm, prompt)
-            chooser = _Chooser(session, rng, top_k)
+            chooser = _Chooser(session, rng, top_k, margin=tlm.summary.anchor_margin if anchor else 0.0)
             hidden = space.sketches_after(tlm.summary.space_version)
             sketches = [s for s in range(len(space.sketches)) if s not in refused and s not in hidden]
             if not sketches:
                 break
-            sketch = chooser.choose(sketches, "sketch")
+            sketch = chooser.choose(sketches, "sketch", anchor.sketch if anchor else None)
             session.push(TOKEN_ID["[SEP]"])
             cuda = _point_filter(hardware, footprint)
+            rules = _RulesCursor(anchor if anchor and sketch == anchor.sketch else None)
 
-            def decide(site, _sampled, chooser=chooser, session=session, cuda=cuda):
+            def decide(site, _sampled, chooser=chooser, session=session, cuda=cuda, rules=rules):
                 session.push(MARKER[site.kind])
-                value = chooser.choose(cuda.keep(site, legal_values(site)), site.kind)
+                value = chooser.choose(cuda.keep(site, legal_values(site)), site.kind, rules.value(site.kind))
                 cuda.chosen(site, value)
                 return value
 

@@ -58,6 +58,7 @@ class TrainingSummary:
     data: str = ""  # sha256 of the training set's sentences
     space_version: int = 1  # schedule.space.SPACE_VERSIONS: the sketches its training sentences covered
     guided: bool = False  # its sentences start with the rules' schedule (language.Hint)
+    anchor_margin: float = 0.0  # > 0: greedy keeps the rules' token unless the model's beats it by this (log-prob)
 
     def to_json(self) -> dict:
         return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops)}
