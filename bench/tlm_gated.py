@@ -2,7 +2,10 @@
 the floor, the rules' pick elsewhere, from one `tlmpack tlm measure` report (same pass, so the
 rules' latency is measured beside the TLM's).
 
-    python bench/tlm_gated.py REPORT.json x86|cuda WEIGHTS FLOOR [FLOOR ...] [--threads 1]
+    python bench/tlm_gated.py REPORT.json x86|cuda WEIGHTS FLOOR [FLOOR ...] [--threads 1] [--versus NAME]
+
+``--versus NAME``: the pick of the report's `--versus NAME=WEIGHTS` model (give its WEIGHTS) instead of
+the main model's.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ def main() -> None:
     ap.add_argument("weights")
     ap.add_argument("floors", nargs="+", type=float)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--versus", default=None, help="the report's --versus model whose pick is gated")
     args = ap.parse_args()
 
     from tlmpack.schedule.select import hint_for
@@ -38,6 +42,8 @@ def main() -> None:
     for r in json.loads(Path(args.report).read_text())["rows"]:
         if r.get("tlm_us") is None or not r.get("heuristic_us") or r["space"] < 8:
             continue
+        if args.versus:
+            r = {**r, "tlm_us": r["versus_us"][args.versus]}
         task = store.task(r["task"])
         func = load_func(task)
         decoded = decode_space(tlm, DesignSpace(func, tvm_target), hardware, task_info(task),
