@@ -346,3 +346,27 @@ def test_an_anchor_margin_keeps_the_rules_point_unless_the_model_is_clearly_sure
         assert hint_for(shipped, func, tvm_target, "x86", HARDWARE) is None
         differs += (plain.sketch, plain.decisions) != (d.sketch, d.decisions)
     assert differs  # the model alone departs from the rules somewhere, so the test can fail
+
+
+def test_the_build_point_is_the_tlms_where_it_is_trusted_and_the_rules_elsewhere(tmp_path, shipped, spaces):
+    """schedule.select.tlm_build_point: what `tlm measure --built` measures as the build's pick."""
+    from safetensors.numpy import save_file
+
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.select import SelectOptions, rules_hint, tlm_build_point
+    from tlmpack.tlm.model import LANGUAGE_VERSION, VOCAB_SHA256, weights_path
+
+    func, _ = spaces["fused_dense_add_relu"]
+    tvm_target = x86_target(num_cores=2).tvm_target()
+    trusted = tlm_build_point(func, tvm_target, "x86", HARDWARE, "fused_dense_add_relu",
+                              SelectOptions("tlm", tlm_weights={"x86": str(weights_path("x86"))}))
+    assert trusted is not None and trusted[2] in ("tlm", "heuristic")
+    summary = dataclasses.replace(shipped.summary, kinds=("reduce",))  # a model that never saw a matmul
+    weights = tmp_path / "x86.safetensors"
+    save_file(shipped.state, str(weights), metadata={
+        "format": "tlmpack-tlm", "language_version": str(LANGUAGE_VERSION), "vocab_sha256": VOCAB_SHA256,
+        "shape": json.dumps(dataclasses.asdict(shipped.shape)), "summary": json.dumps(summary.to_json())})
+    fallback = tlm_build_point(func, tvm_target, "x86", HARDWARE, "fused_dense_add_relu",
+                               SelectOptions("tlm", tlm_weights={"x86": str(weights)}))
+    hint = rules_hint(func, tvm_target, "x86", HARDWARE)
+    assert fallback == (hint.sketch, hint.decisions, "heuristic")

@@ -275,6 +275,19 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     return choice, "", tlm
 
 
+def tlm_build_point(func, tvm_target, target_kind: str, hardware: Any, task_name: str,
+                    options: SelectOptions) -> tuple[int, tuple[Decision, ...], str] | None:
+    """(sketch, decisions, who) that a ``--scheduler tlm`` build takes for one task: the TLM's point
+    after its out-of-distribution test, confidence floor, anchor and hardware checks, else the rules'
+    (``who``: "tlm" or "heuristic"); None where neither fits. What the held-out comparison measures
+    as the build's pick (`tlmpack tlm measure --built`)."""
+    choice, _, _ = _tlm_choice(func, tvm_target, target_kind, hardware, task_name, options)
+    if choice is not None:
+        return choice.sketch, tuple(choice.decisions), "tlm"
+    hint = rules_hint(func, tvm_target, target_kind, hardware)
+    return (hint.sketch, hint.decisions, "heuristic") if hint.sketch >= 0 else None
+
+
 RETRIES = 8  # top-k samples tried when the greedy point fails its target's sanity check
 
 

@@ -44,12 +44,15 @@ def _task_hardware(target: str, threads: int):
 
 def propose(store: Store, target: str, keys: list[str], samples: int, threads: int = 1, seed: int = 0,
             weights: str | None = None, stored_best: int = 0, heuristic: bool = True,
-            say: Callable[[str], None] = print, versus: dict[str, str] | None = None) -> dict[str, list[Candidate]]:
+            say: Callable[[str], None] = print, versus: dict[str, str] | None = None,
+            built: bool = False) -> dict[str, list[Candidate]]:
     """Per task: the TLM's greedy point and up to ``samples`` top-k samples (seeded), the rules'
     point, the ``stored_best`` fastest stored programs of this hardware (to re-measure), and the
     greedy point of each other model of ``versus`` (name -> weights; rule ``greedy:<name>``, even
-    where it is the same point: each model's row reads its own measurement)."""
-    from ..schedule.select import hint_for, schedule_with_rules
+    where it is the same point: each model's row reads its own measurement). ``built``: also the
+    point a ``--scheduler tlm`` build takes with the main weights (its floor, anchor and hardware
+    checks applied, the rules where it falls back), as ``greedy:built``."""
+    from ..schedule.select import SelectOptions, hint_for, schedule_with_rules, tlm_build_point
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
     from ..tlm.model import load_file, weights_path
@@ -83,6 +86,12 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
                              hint=hint_for(other, func, tvm_target, target, hardware))
             if d:
                 found.append(Candidate(d[0].sketch, [x.to_json() for x in d[0].decisions], "tlm", f"greedy:{name}"))
+        if built:
+            path = str(Path(weights) if weights else weights_path(target))
+            point = tlm_build_point(func, tvm_target, target, hardware, task["name"],
+                                    SelectOptions("tlm", tlm_weights={target: path}))
+            if point is not None:
+                found.append(Candidate(point[0], [x.to_json() for x in point[1]], "tlm", "greedy:built"))
         if heuristic:
             choice = schedule_with_rules(func, tvm_target, target, hardware)
             if choice is not None:  # even when the TLM chose the same point: then both rows show it
