@@ -370,3 +370,25 @@ def test_the_build_point_is_the_tlms_where_it_is_trusted_and_the_rules_elsewhere
                                SelectOptions("tlm", tlm_weights={"x86": str(weights)}))
     hint = rules_hint(func, tvm_target, "x86", HARDWARE)
     assert fallback == (hint.sketch, hint.decisions, "heuristic")
+
+
+def test_a_failed_check_sends_an_anchored_model_to_the_rules_and_never_refuses_the_rules_point(tmp_path, spaces):
+    import shutil
+
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.select import PointCheck, _first_that_fits, rules_hint
+    from tlmpack.tlm.decode import decode_space
+    from tlmpack.tlm.model import load_file, set_summary_fields, weights_path
+
+    path = tmp_path / "anchored.safetensors"
+    shutil.copy(weights_path("x86"), path)
+    set_summary_fields(path, anchor_margin=1e9)
+    anchored = load_file(path, "x86")
+    func, space = spaces["fused_dense_add_relu"]
+    info = describe_task(func, "fused_dense_add_relu")
+    hint = rules_hint(func, x86_target(num_cores=2).tvm_target(), "x86", HARDWARE)
+    never = PointCheck("test", lambda d: False, lambda d: "refused by the test")
+    decoded = decode_space(anchored, space, HARDWARE, info, hint=hint)
+    assert _first_that_fits(anchored, space, HARDWARE, info, decoded, never, hint) == (decoded[0], "")  # the rules' point
+    other = dataclasses.replace(decoded[0], sketch=decoded[0].sketch + 1)
+    assert _first_that_fits(anchored, space, HARDWARE, info, [other], never, hint) == (None, "refused by the test")
