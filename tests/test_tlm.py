@@ -392,3 +392,32 @@ def test_a_failed_check_sends_an_anchored_model_to_the_rules_and_never_refuses_t
     assert _first_that_fits(anchored, space, HARDWARE, info, decoded, never, hint) == (decoded[0], "")  # the rules' point
     other = dataclasses.replace(decoded[0], sketch=decoded[0].sketch + 1)
     assert _first_that_fits(anchored, space, HARDWARE, info, [other], never, hint) == (None, "refused by the test")
+
+
+def test_tlm_hints_writes_the_rules_point_of_each_recorded_task_and_hardware(tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+    from tlmpack.training.corpus import load_func
+    from tlmpack.training.hints import hardware_key, load_hints, rules_hint_for
+    from tlmpack.training.store import Store, default_root
+
+    source = Store(default_root())
+    keys = sorted(source.task_keys())[:2]
+    data = tmp_path / "data"
+    shutil.copytree(default_root(), data, ignore=shutil.ignore_patterns("records", "hints"))
+    hardware = {"cores": 1, "kind": "x86", "l1d_bytes": 32768, "l2_bytes": 524288, "l3_bytes": 33554432,
+                "vector_bits": 256, "vector_registers": 16}
+    Store(data).writer("x86", "test").append([{"task": k, "target": "x86", "valid": True, "hardware": hardware,
+                                               "sketch": 0, "decisions": [], "min_us": 1.0} for k in keys])
+    result = CliRunner().invoke(main, ["tlm", "hints", "--target", "x86", "--data-dir", str(data)])
+    assert result.exit_code == 0, result.output
+    hints = load_hints(Store(data), "x86")
+    assert sorted(hints) == [(k, hardware_key(hardware)) for k in keys]
+    for key in keys:
+        assert hints[(key, hardware_key(hardware))] == rules_hint_for(load_func(source.task(key)), "x86", hardware)
+    first = (data / "hints" / "x86.json.gz").read_bytes()
+    assert CliRunner().invoke(main, ["tlm", "hints", "--target", "x86", "--data-dir", str(data)]).exit_code == 0
+    assert (data / "hints" / "x86.json.gz").read_bytes() == first  # the same hints, the same bytes
