@@ -101,11 +101,16 @@ def test_the_first_point_in_bounds_wins_else_the_reason():
         def __init__(self, size):
             self.size = size
 
+    from types import SimpleNamespace
+
     check = PointCheck("size", lambda d: d.size >= 2, lambda d: f"size {d.size} under 2")
     points = [Point(1), Point(3), Point(5)]
-    assert _first_that_fits(None, None, None, None, points, check) == (points[1], "")
-    assert _first_that_fits(None, None, None, None, points, None) == (points[0], "")
-    assert _first_that_fits(None, None, None, None, [Point(1), Point(0)], check) == (None, "size 1 under 2")
+    tlm = SimpleNamespace(summary=SimpleNamespace(anchor_margin=0.0))
+    assert _first_that_fits(tlm, None, None, None, points, check) == (points[1], "")
+    assert _first_that_fits(tlm, None, None, None, points, None) == (points[0], "")
+    assert _first_that_fits(tlm, None, None, None, [Point(1), Point(0)], check) == (None, "size 1 under 2")
+    anchored = SimpleNamespace(summary=SimpleNamespace(anchor_margin=8.0))  # to the rules, not to the samples
+    assert _first_that_fits(anchored, None, None, None, points, check) == (None, "size 1 under 2")
 
 
 def test_a_row_of_more_than_two_vectors_is_refused():
