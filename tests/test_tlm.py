@@ -104,6 +104,21 @@ def test_tasks_unlike_training_are_out_of_distribution(shipped):
     assert "far outside" in out_of_distribution(shipped, dataclasses.replace(ok, spatial=(1 << 20, 1 << 20)))
 
 
+def test_an_x86_of_a_vector_width_never_seen_in_training_is_out_of_distribution(shipped):
+    from tlmpack.schedule.hardware import detect_x86
+    from tlmpack.tlm.decode import out_of_distribution
+    from tlmpack.tlm.language import TaskInfo
+
+    task = TaskInfo("matmul", ("matmul", "add"), (32, 48), (64,), ("float32",))
+    avx2, avx512 = detect_x86(("avx2", "fma"), cores=2), detect_x86(("avx512f", "avx2", "fma"), cores=2)
+    seen_avx2 = dataclasses.replace(shipped, summary=dataclasses.replace(shipped.summary, vector_bits=(256,)))
+    assert out_of_distribution(seen_avx2, task, avx2) is None
+    assert out_of_distribution(seen_avx2, task, avx512) == \
+        "x86 with 512-bit vectors never seen in training (it saw 256-bit)"
+    unrecorded = dataclasses.replace(shipped, summary=dataclasses.replace(shipped.summary, vector_bits=()))
+    assert out_of_distribution(unrecorded, task, avx512) is None  # weights from before the field: no test
+
+
 def test_a_build_falls_back_to_the_rules_and_says_why(tmp_path, shipped):
     """Weights whose training saw no matmul: every matmul task is scheduled by the rules, and the
     manifest's note names the reason."""
@@ -175,6 +190,7 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
     loaded = load_file(out, "x86")
     assert loaded.sha256 == report["sha256"] and loaded.summary.tasks > 0
     assert loaded.summary.space_version == SPACE_VERSION  # the space its sites were computed on
+    assert loaded.summary.vector_bits == (256,)  # the committed x86 records were all measured with AVX2
 
     set_summary_fields(out, space_version=1)
     assert load_file(out, "x86").summary.space_version == 1

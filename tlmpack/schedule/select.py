@@ -252,7 +252,7 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
         return None, str(e), None
     info = describe_task(func, task_name)
     why = next((reason for word, reason in options.tlm_unseen if word in info.ops), None)
-    why = why or out_of_distribution(tlm, info)
+    why = why or out_of_distribution(tlm, info, hardware)
     if why is not None:
         return None, why, tlm
     hint = hint_for(tlm, func, tvm_target, target_kind, hardware)

@@ -252,9 +252,14 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
     return out
 
 
-def out_of_distribution(tlm: LoadedTLM, task: TaskInfo) -> str | None:
-    """Why the model should not be trusted with ``task`` (None when it is within training)."""
+def out_of_distribution(tlm: LoadedTLM, task: TaskInfo, hardware: Any = None) -> str | None:
+    """Why the model should not be trusted with ``task`` on ``hardware`` (None when both are
+    within training)."""
     s = tlm.summary
+    bits = getattr(hardware, "vector_bits", None)
+    if s.vector_bits and bits is not None and bits not in s.vector_bits:
+        seen = "/".join(str(b) for b in s.vector_bits)
+        return f"x86 with {bits}-bit vectors never seen in training (it saw {seen}-bit)"
     if task.kind not in s.kinds:
         return f"kind {task.kind} never seen in training"
     unseen = [w for w in task.ops if w not in s.ops]

@@ -59,13 +59,17 @@ class TrainingSummary:
     space_version: int = 1  # schedule.space.SPACE_VERSIONS: the sketches its training sentences covered
     guided: bool = False  # its sentences start with the rules' schedule (language.Hint)
     anchor_margin: float = 0.0  # > 0: greedy keeps the rules' token unless the model's beats it by this (log-prob)
+    # x86: the vector widths (bits) of the machines its sentences were measured on; a target of
+    # another width is out of distribution (empty: not recorded, no test)
+    vector_bits: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
-        return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops)}
+        return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops), "vector_bits": list(self.vector_bits)}
 
     @staticmethod
     def from_json(d: dict) -> TrainingSummary:
-        return TrainingSummary(**{**d, "kinds": tuple(d.get("kinds", ())), "ops": tuple(d.get("ops", ()))})
+        return TrainingSummary(**{**d, "kinds": tuple(d.get("kinds", ())), "ops": tuple(d.get("ops", ())),
+                                  "vector_bits": tuple(d.get("vector_bits", ()))})
 
 
 @dataclass(frozen=True)

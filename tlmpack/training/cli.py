@@ -554,6 +554,6 @@ def generate(target: str, tasks: tuple[str, ...], samples: int, threads: int, we
             click.echo(json.dumps({
                 "task": found[0], "name": task["name"], "model": tlm.id, "rank": i, "sketch": d.sketch,
                 "decisions": [x.to_json() for x in d.decisions], "confidence": round(d.confidence, 4),
-                "model_ms": round(d.decode_ms, 2), "out_of_distribution": out_of_distribution(tlm, info),
+                "model_ms": round(d.decode_ms, 2), "out_of_distribution": out_of_distribution(tlm, info, hardware),
                 "sentence": " ".join(tokens(Sentence(hardware, info, d.sketch, d.decisions,
                                                       hint if tlm.summary.guided else None)))}, sort_keys=True))

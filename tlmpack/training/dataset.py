@@ -156,6 +156,7 @@ class TrainingSet:
     infos: dict[str, TaskInfo]
     sha256: str
     guided: bool = False  # every sentence starts with the rules' hint (tlm.language.Hint)
+    vector_bits: tuple[int, ...] = ()  # x86: the vector widths of the machines its records were measured on
 
 
 def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = None) -> dict[tuple, list[dict]]:
@@ -237,7 +238,8 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     digest = hashlib.sha256()
     for ex in grammar + taste:
         digest.update(json.dumps([ex.ids, round(ex.weight, 6)]).encode())
-    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None)
+    widths = tuple(sorted({h.vector_bits for h in hardwares.values() if isinstance(h, X86Hardware)}))
+    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None, widths)
 
 
 BETTER_THAN_RULES = 1.03  # a program counts as an improvement on the rules' point past this ratio
@@ -282,7 +284,8 @@ def save_training_set(data: TrainingSet, path: Path) -> None:
 
     with gzip.open(path, "wb", compresslevel=6) as f:
         pickle.dump({"grammar": data.grammar, "taste": data.taste, "tasks": sorted(data.tasks),
-                     "infos": data.infos, "sha256": data.sha256, "guided": data.guided}, f, protocol=4)
+                     "infos": data.infos, "sha256": data.sha256, "guided": data.guided,
+                     "vector_bits": data.vector_bits}, f, protocol=4)
 
 
 def load_training_set(path: Path) -> TrainingSet:
@@ -290,4 +293,5 @@ def load_training_set(path: Path) -> TrainingSet:
 
     with gzip.open(path, "rb") as f:
         d = pickle.load(f)  # noqa: S301  (our own file, written by save_training_set)
-    return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"], d.get("guided", False))
+    return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"], d.get("guided", False),
+                       tuple(d.get("vector_bits", ())))

@@ -181,7 +181,8 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
         ranges[info.kind] = [min(low, size), max(high, size)]
     summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
                               max(len(data.tasks), base.summary.tasks if base else 0),
-                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION, data.guided)
+                              len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION, data.guided,
+                              vector_bits=tuple(sorted(set(data.vector_bits) | set(base.summary.vector_bits if base else ()))))
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
     return report
