@@ -190,7 +190,7 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
     loaded = load_file(out, "x86")
     assert loaded.sha256 == report["sha256"] and loaded.summary.tasks > 0
     assert loaded.summary.space_version == SPACE_VERSION  # the space its sites were computed on
-    assert loaded.summary.vector_bits == (256,)  # the committed x86 records were all measured with AVX2
+    assert 256 in loaded.summary.vector_bits  # the widths of its records: the committed ones hold AVX2 (256-bit)
 
     set_summary_fields(out, space_version=1)
     assert load_file(out, "x86").summary.space_version == 1
