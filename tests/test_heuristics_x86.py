@@ -150,6 +150,23 @@ def test_a_long_row_is_reduced_as_vector_partial_sums_and_a_short_one_plainly(ho
         assert rfactors == ([expected] if expected else []), (width, steps)
 
 
+def test_a_short_mean_keeps_its_partial_sums_in_the_channel_loop_and_a_long_one_at_the_root(host):
+    """7x7 and 14x14 means were 1.17-1.49x faster with the partial sums computed per channel; a
+    112x112 one 15x slower (BENCHMARKS.md, 2026-12-02 07:00)."""
+    from tvm import te, topi
+
+    from tlmpack.schedule.select import schedule_with_rules
+
+    target, hardware = host
+    for width, location in ((7, 1), (14, 1), (112, -1)):
+        x = te.placeholder((1, 64, width, width), name="x")
+        func = te.create_prim_func([x, topi.divide(topi.sum(x, axis=[2, 3], keepdims=True), width * width)])
+        choice = schedule_with_rules(func, target, "x86", hardware)
+        assert choice is not None and choice.rule == "x86-reduction"
+        locations = [d.value for d in choice.decisions if d.kind == "compute_location"]
+        assert len(locations) == 2 and locations[1] == location, (width, choice.decisions)
+
+
 def _nhwc_conv_relu6(channels_in: int, channels_out: int, kernel: int, groups: int = 1, size: int = 14):
     """A channels-last conv + bias + ReLU6 as ConvertLayout and LegalizeOps give it (14x14 map)."""
     from tvm import te, topi

@@ -9,6 +9,12 @@ the plain sketch reduces a row one scalar add at a time. Measured (data/TASKS-x8
 the plain sketch was 8-17x slower than the best random program on efficientnet's spatial means
 (rows of 196-12544) and 7-12x on bert's layer norms; their best programs all use the inner
 rfactor. Rows shorter than two vectors keep the plain sketch.
+
+A short row's partial sums are computed inside the consumer's channel loop, not at the root (a
+4-D NCHW mean over at most SHORT_ROW elements: one tile site, two compute-location sites, the
+second the partial sums'). Measured on this VM's AVX-512 znver4, 1 thread, one interleaved pass
+(BENCHMARKS.md, 2026-12-02 07:00): 1.17-1.49x on the seven 7x7 and 14x14 means of the training
+tasks; rows of 3136 were level and a row of 12544 15x slower that way, so longer rows stay at the root.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from .registry import Decisions, Rule, register
 from .x86_matmul import largest_divisor_at_most
 
 MIN_VECTOR_ROWS = 2  # a row of at least this many vectors is reduced as vectorised partial sums
+SHORT_ROW = 1024  # a mean's row of at most this many elements keeps its partial sums by its channel
+IN_CHANNEL_LOOP = 1  # the compute location of the consumer's loop over channels (n, c, 1, 1)
 
 
 def vector_chunk(extent: int, lanes: int, bound: int) -> int:
@@ -61,4 +69,8 @@ class X86Reduction(Rule):
                 chosen[site.index] = site.candidates.index(16) if 16 in site.candidates else 0
             elif site.kind == "compute_location":
                 chosen[site.index] = -1
+        locations = [s.index for s in sites if s.kind == "compute_location"]
+        tiles = [s for s in sites if s.kind == "tile"]
+        if len(tiles) == 1 and len(locations) == 2 and len(task.spatial) == 4 and task.row_length <= SHORT_ROW:
+            chosen[locations[1]] = IN_CHANNEL_LOOP
         return chosen
