@@ -13,6 +13,10 @@ zoo from the same portable weights (numpy-drawn, the same under any torch), and 
 output is checked against that session (rel err < 1e-4), which shows it computes the same model.
 Reported per model: the median ms per engine and thread count, tlmpack / onnxruntime, and each
 engine's latency at the most threads over its latency at the fewest (scaling).
+
+``--tasks-per-thread K [K ...]`` loads every variant once per K with TLMRT_CPU_TASKS_PER_THREAD=K
+(the pool's tasks per thread of a parallel loop) and names the engine VARIANT/kK: the same kernels
+with their loops split finer or coarser, in the same interleaved pass.
 """
 
 from __future__ import annotations
@@ -59,8 +63,30 @@ def onnx_file(folders: list[Path], name: str, scratch: Path) -> tuple[Path, str]
     return out, "exported here (portable weights)"
 
 
+def load_with_tasks(folder: Path, threads: int, tasks_per_thread: int | None):
+    """rt.load with TLMRT_CPU_TASKS_PER_THREAD set to ``tasks_per_thread`` (None: as it is)."""
+    if tasks_per_thread is None:
+        return rt.load(folder, device="cpu", num_threads=threads)
+    saved = os.environ.get("TLMRT_CPU_TASKS_PER_THREAD")
+    os.environ["TLMRT_CPU_TASKS_PER_THREAD"] = str(tasks_per_thread)
+    try:
+        return rt.load(folder, device="cpu", num_threads=threads)
+    finally:
+        if saved is None:
+            os.environ.pop("TLMRT_CPU_TASKS_PER_THREAD", None)
+        else:
+            os.environ["TLMRT_CPU_TASKS_PER_THREAD"] = saved
+
+
+def engines(variants: list[str], tasks: list[int] | None) -> list[tuple[str, str, int | None]]:
+    """(engine name, variant, tasks per thread) for every engine timed."""
+    if not tasks:
+        return [(v, v, None) for v in variants]
+    return [(f"{v}/k{k}", v, k) for v in variants for k in tasks]
+
+
 def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, threads: list[int],
-            runs: int, tolerance: float) -> dict:
+            runs: int, tolerance: float, tasks: list[int] | None = None) -> dict:
     from tlmpack import zoo
 
     dirs = {v: unpack(folders, name, v, variants[0], scratch) for v in variants}
@@ -75,8 +101,8 @@ def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, 
             raise RuntimeError(f"{name}: the onnxruntime reference is all zeros or not finite")
         fns = {"ort": lambda s=session: s.run(None, feed)}
         models = []
-        for v, folder in dirs.items():
-            model = rt.load(folder, device="cpu", num_threads=t)
+        for v, variant, k in engines(variants, tasks):
+            model = load_with_tasks(dirs[variant], t, k)
             models.append(model)
             err = rel_err(model.run(None, feed)[0], reference)
             row["err"][v] = max(row["err"].get(v, 0.0), err)
@@ -129,6 +155,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tasks-per-thread", type=int, nargs="+", help="time each variant at each of these")
     args = ap.parse_args()
     import onnxruntime
 
@@ -138,7 +165,7 @@ def main() -> int:
         for name in args.models:
             try:
                 rows.append(measure(name, args.variants, args.dir, Path(scratch), args.threads, args.runs,
-                                    args.tolerance))
+                                    args.tolerance, args.tasks_per_thread))
             except Exception as e:  # one broken model must not hide the others
                 rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
                 print(f"[{name}] {rows[-1]['error']}", flush=True)
@@ -146,7 +173,8 @@ def main() -> int:
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    print("\n" + "\n".join(table(rows, args.variants, args.threads)))
+    names = [e for e, _, _ in engines(args.variants, args.tasks_per_thread)]
+    print("\n" + "\n".join(table(rows, names, args.threads)))
     return 1 if any("error" in r for r in rows) else 0
 
 

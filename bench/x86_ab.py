@@ -13,11 +13,17 @@ the two orders. Before each block the host gate (tlmpack's x86 dataset timer, ho
 waits up to ``--host-wait-s`` for the host's other tenants to leave this core alone. Prints a markdown row per model: median ms of each, B/A, and the relative
 difference of their outputs. Meant for "before / after" a scheduling change: build A with the old
 checkout, B with the new one.
+
+An artifact may carry environment settings for its load, ``PATH?KEY=VALUE[&KEY=VALUE]``: the same
+artifact with and without a runtime setting, e.g.
+``resnet50=R.tar,R.tar?TLMRT_CPU_TASKS_PER_THREAD=1`` (the pool's tasks per thread, read when the
+model's pool is made).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -34,6 +40,22 @@ def _timed(model, feed: dict, warmup: int, runs: int) -> list[float]:
         model.run(None, feed)
         out.append((time.perf_counter() - started) * 1e3)
     return out
+
+
+def load_spec(rt, spec: str, threads: int):
+    """Loads ``PATH?KEY=VALUE&...`` with those variables set in the environment (then restored)."""
+    path, _, query = spec.partition("?")
+    settings = dict(item.split("=", 1) for item in query.split("&") if item)
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        return rt.load(path, device="cpu", num_threads=threads)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def main() -> None:
@@ -59,7 +81,7 @@ def main() -> None:
             feed = {k: z[k] for k in z.files}
         medians = {}
         for order in ((first, second), (second, first)):
-            loaded = {path: rt.load(path, device="cpu", num_threads=args.threads) for path in order}
+            loaded = {spec: load_spec(rt, spec, args.threads) for spec in order}
             models = [loaded[first], loaded[second]]
             outputs = [m.run(None, feed)[0] for m in models]
             diff = float(np.linalg.norm(outputs[1] - outputs[0]) / max(np.linalg.norm(outputs[0]), 1e-30))

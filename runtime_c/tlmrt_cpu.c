@@ -148,6 +148,7 @@ struct tlmrt_cpu_pool {
   cpu_slot* slots;     /* N-1, 64-byte aligned */
 
   int dynamic;         /* the library has no barrier hook: threads claim tasks (see cpu_parallel_launch) */
+  int default_tasks;   /* the task count a launch of num_task 0 gets (see tasks_per_thread) */
 
   /* The current launch; written by the caller before it bumps `generation`. Atomics (relaxed) only
    * because a lagging worker of a dynamic pool may read them while the next launch writes them; it
@@ -335,7 +336,7 @@ static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int n
     tls_serial_tasks = saved;
     return failed ? -1 : 0;
   }
-  int n = num_task == 0 ? pool->num_threads : num_task;
+  int n = num_task == 0 ? pool->default_tasks : num_task;
   atomic_store_explicit(&pool->flambda, flambda, memory_order_relaxed);
   atomic_store_explicit(&pool->cdata, cdata, memory_order_relaxed);
   atomic_store_explicit(&pool->num_task, n, memory_order_relaxed);
@@ -441,6 +442,19 @@ void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
   free(pool);
 }
 
+/* Tasks per thread of a dynamic pool's launch of num_task 0. TVM splits a parallel loop into num_task
+ * contiguous blocks; with one block a thread, a thread that the OS delays (another tenant, a page
+ * fault) makes every other wait for its whole half. Smaller blocks let the others take its share.
+ * TLMRT_CPU_TASKS_PER_THREAD overrides it (1..64) for measuring. */
+#ifndef TLMRT_CPU_TASKS_PER_THREAD
+#define TLMRT_CPU_TASKS_PER_THREAD 1
+#endif
+static int tasks_per_thread(void) {
+  const char* env = getenv("TLMRT_CPU_TASKS_PER_THREAD");
+  int k = env != NULL ? atoi(env) : TLMRT_CPU_TASKS_PER_THREAD;
+  return k >= 1 && k <= 64 ? k : TLMRT_CPU_TASKS_PER_THREAD;
+}
+
 static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, tlmrt_cpu_pool** out, char* err,
                                 size_t err_cap) {
   *out = NULL;
@@ -450,6 +464,7 @@ static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, 
   pool->num_threads = num_threads;
   pool->spin_ns = spin_ns;
   pool->dynamic = dynamic;
+  pool->default_tasks = dynamic ? num_threads * tasks_per_thread() : num_threads;
   pool->barrier.spin_ns = spin_ns;
   atomic_init(&pool->generation, 0u);
   atomic_init(&pool->sleepers, 0);
@@ -671,7 +686,7 @@ tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
                                                   memory_order_relaxed);
   }
   if (!got) {
-    tls_serial_tasks = pool->dynamic ? pool->num_threads : 1;
+    tls_serial_tasks = pool->dynamic ? pool->default_tasks : 1;
     return previous;
   }
   if (pool->fork_count != mine - 1u && pool->num_threads > 1) {
