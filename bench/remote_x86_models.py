@@ -43,6 +43,7 @@ from gpu_schedulers import unpack  # noqa: E402
 from gpu_seed_models import _find, _stem, rel_err  # noqa: E402
 
 import tlmpack.runtime as rt  # noqa: E402
+from tlmpack.environment import environment  # noqa: E402
 
 MODELS = ["resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2"]
 
@@ -67,15 +68,8 @@ def load_with_tasks(folder: Path, threads: int, tasks_per_thread: int | None):
     """rt.load with TLMRT_CPU_TASKS_PER_THREAD set to ``tasks_per_thread`` (None: as it is)."""
     if tasks_per_thread is None:
         return rt.load(folder, device="cpu", num_threads=threads)
-    saved = os.environ.get("TLMRT_CPU_TASKS_PER_THREAD")
-    os.environ["TLMRT_CPU_TASKS_PER_THREAD"] = str(tasks_per_thread)
-    try:
+    with environment({"TLMRT_CPU_TASKS_PER_THREAD": str(tasks_per_thread)}):
         return rt.load(folder, device="cpu", num_threads=threads)
-    finally:
-        if saved is None:
-            os.environ.pop("TLMRT_CPU_TASKS_PER_THREAD", None)
-        else:
-            os.environ["TLMRT_CPU_TASKS_PER_THREAD"] = saved
 
 
 def engines(variants: list[str], tasks: list[int] | None) -> list[tuple[str, str, int | None]]:

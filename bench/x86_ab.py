@@ -23,12 +23,13 @@ model's pool is made).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
+
+from tlmpack.environment import environment
 
 
 def _timed(model, feed: dict, warmup: int, runs: int) -> list[float]:
@@ -46,16 +47,8 @@ def load_spec(rt, spec: str, threads: int):
     """Loads ``PATH?KEY=VALUE&...`` with those variables set in the environment (then restored)."""
     path, _, query = spec.partition("?")
     settings = dict(item.split("=", 1) for item in query.split("&") if item)
-    saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
+    with environment(settings):
         return rt.load(path, device="cpu", num_threads=threads)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def main() -> None:

@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from .environment import environment
+
 DISABLE_RULES_ENV = "TLMPACK_DISABLE_RULES"
 CUDA_PIPELINE_ENV = "TLMPACK_CUDA_PIPELINE"
 
@@ -47,13 +49,5 @@ def applied(options: Any) -> Iterator[None]:
     """Sets the switches' environment variables to the resolved options while the build runs."""
     wanted = {DISABLE_RULES_ENV: ",".join(options.disabled_rules),
               CUDA_PIPELINE_ENV: "1" if options.cuda_pipeline else "0"}
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
-    try:
+    with environment(wanted):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
