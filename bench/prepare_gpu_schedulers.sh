@@ -27,6 +27,10 @@ for m in "${models[@]}"; do
       xz -T2 -1 -c "$work/$stem.$s.noweights.tar" > "$carry/$stem.$s.noweights.tar.xz"
     fi
   done
+  # a small model's ONNX goes too: exported there by another torch it can differ (remote_x86_models.py)
+  if [ "$stem" = "$m" ] && [ "$(stat -c %s "$work/$stem.onnx")" -le 40000000 ]; then
+    xz -T2 -3 -c "$work/$stem.onnx" > "$carry/$stem.onnx.xz"
+  fi
   for f in inputs ref bnstats; do
     [ ! -f "$work/$stem.$f.npz" ] || [ "$(stat -c %s "$work/$stem.$f.npz")" -gt 4000000 ] || cp "$work/$stem.$f.npz" "$carry/"
   done

@@ -10,7 +10,8 @@ DIR holds what bench/prepare_gpu_schedulers.sh packed (the artifacts' x86 half r
 same carry serves bench/gpu_schedulers.py) and STEM.inputs.npz. onnxruntime runs STEM.onnx (or
 STEM.onnx.xz) from DIR; where the file is not there (too big to carry) it is exported here by the
 zoo from the same portable weights (numpy-drawn, the same under any torch), and each artifact's
-output is checked against that session (rel err < 1e-4), which shows it computes the same model.
+output is checked (rel err < 1e-4) against the carried STEM.ref.npz (torch on the build host) where
+there is one, else against that session; onnxruntime's own distance to STEM.ref.npz is reported.
 Reported per model: the median ms per engine and thread count, tlmpack / onnxruntime, and each
 engine's latency at the most threads over its latency at the fewest (scaling).
 
@@ -64,6 +65,20 @@ def onnx_file(folders: list[Path], name: str, scratch: Path) -> tuple[Path, str]
     return out, "exported here (portable weights)"
 
 
+def carried_reference(folders: list[Path], name: str) -> np.ndarray | None:
+    """The first output of STEM.ref.npz (torch on the build host, on the carried inputs), or None.
+    An ONNX file exported on this machine comes from its own torch, whose export of a model can
+    differ from the build host's (EfficientNet-B0 under torch 2.11: 4.5e-4 from torch 2.13's)."""
+    found = _find(folders, f"{_stem(name)}.ref.npz")
+    if not found:
+        return None
+    with np.load(found) as refs:
+        first = refs[refs.files[0]]
+    if not np.isfinite(first).all() or float(np.abs(first).max()) == 0.0:
+        raise RuntimeError(f"{name}: the carried reference {found.name} is all zeros or not finite")
+    return first
+
+
 def load_with_tasks(folder: Path, threads: int, tasks_per_thread: int | None):
     """rt.load with TLMRT_CPU_TASKS_PER_THREAD set to ``tasks_per_thread`` (None: as it is)."""
     if tasks_per_thread is None:
@@ -88,11 +103,19 @@ def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, 
     feed = dict(np.load(inputs_file)) if inputs_file else zoo.random_inputs(name, 0)
     onnx_path, origin = onnx_file(folders, name, scratch)
     row: dict = {"model": name, "onnx": origin, "ms": {}, "err": {}}
+    carried = carried_reference(folders, name) if inputs_file else None
     for t in threads:
         session = ort_session(onnx_path, t)
         reference = session.run(None, feed)[0]
         if not np.isfinite(reference).all() or float(np.abs(reference).max()) == 0.0:
             raise RuntimeError(f"{name}: the onnxruntime reference is all zeros or not finite")
+        if carried is not None:
+            # the build host's torch output on the carried inputs is the reference; onnxruntime on a
+            # file exported here (another torch) is checked against it, not trusted over it
+            row["ort_err"] = rel_err(reference, carried)
+            reference, against = carried, "the carried torch reference"
+        else:
+            against = "onnxruntime"
         fns = {"ort": lambda s=session: s.run(None, feed)}
         models = []
         for v, variant, k in engines(variants, tasks):
@@ -101,11 +124,12 @@ def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, 
             err = rel_err(model.run(None, feed)[0], reference)
             row["err"][v] = max(row["err"].get(v, 0.0), err)
             if err >= tolerance:
-                raise RuntimeError(f"{name} {v} at {t} threads: rel err {err:.1e} against onnxruntime")
+                raise RuntimeError(f"{name} {v} at {t} threads: rel err {err:.1e} against {against}")
             fns[v] = lambda m=model: m.run(None, feed)
         times = time_alternating(fns, runs, warmup=3)
         row["ms"][str(t)] = {k: statistics.median(ts) * 1e3 for k, ts in times.items()}
-        print(f"[{name}] {t} threads: " + ", ".join(f"{k} {ms:.2f} ms" for k, ms in row["ms"][str(t)].items()),
+        print(f"[{name}] {t} threads: " + ", ".join(f"{k} {ms:.2f} ms" for k, ms in row["ms"][str(t)].items())
+              + (f" (onnxruntime vs the carried reference: {row['ort_err']:.1e})" if "ort_err" in row else ""),
               flush=True)
         for model in models:
             model.close()

@@ -1,0 +1,35 @@
+"""bench/remote_x86_models.py's reference: the carried torch output wins over an ONNX re-export."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture(scope="module")
+def remote():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("remote_x86_models", BENCH / "remote_x86_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_carried_reference_is_the_first_output_of_stem_ref_npz(remote, tmp_path):
+    logits = np.arange(1, 11, dtype=np.float32).reshape(1, 10)
+    np.savez(tmp_path / "resnet50.ref.npz", logits=logits, other=np.zeros(3, np.float32))
+    np.testing.assert_array_equal(remote.carried_reference([tmp_path], "resnet50"), logits)
+    assert remote.carried_reference([tmp_path], "gpt2") is None
+
+
+@pytest.mark.parametrize("bad", [np.zeros((1, 4), np.float32), np.array([[1.0, np.nan]], np.float32)])
+def test_a_carried_reference_of_zeros_or_nan_is_refused(remote, tmp_path, bad):
+    np.savez(tmp_path / "mobilenetv2.ref.npz", out=bad)
+    with pytest.raises(RuntimeError, match="all zeros or not finite"):
+        remote.carried_reference([tmp_path], "mobilenetv2")
