@@ -145,3 +145,20 @@ def test_build_takes_a_keys_file_and_import_a_fixed_shard_name(tmp_path, capsys)
     cp.main(["import", str(tmp_path / "b"), str(tmp_path / "r.json.gz"), "--data", str(mine.root), "--run", "fixed"])
     assert json.loads(capsys.readouterr().out)["records"] == len(programs) >= 1
     assert (mine.root / "records" / "cuda" / "fixed.jsonl.gz").is_file()
+
+
+def test_onnx_corpus_for_x86_holds_the_channels_last_convolutions_an_x86_build_schedules(tmp_path):
+    """The x86 graph's convolution tasks are NHWC (output channels last), unlike the CUDA graph's,
+    and their keys are what an x86 build's tasks hash to."""
+    from tlmpack import zoo
+    from tlmpack.training.corpus import load_func, task_key
+    from tlmpack.training.onnx_corpus import build_tasks
+
+    path = tmp_path / "resnet-tiny.onnx"
+    zoo.export_onnx("resnet-tiny", path)
+    convs = {t["key"]: t for t in build_tasks(path, ("x86",)) if "conv2d" in t["name"] and t["kind"] == "matmul"}
+    cuda_convs = {t["key"] for t in build_tasks(path) if "conv2d" in t["name"]}
+    assert convs and not set(convs) & cuda_convs
+    first = next(iter(convs.values()))
+    assert first["spatial"][1] == first["spatial"][2] and first["spatial"][1] != first["spatial"][3]  # N, H, W, C
+    assert all(task_key(load_func(t)) == k for k, t in convs.items())

@@ -1,9 +1,12 @@
-"""Corpus tasks as ``tlmpack build -t cuda`` sees them: an ONNX file through the build's own import
-and lowering (build._import, build._lower: ONNX frontend, batch norm folded, bias and activation
+"""Corpus tasks as `tlmpack build` sees them (the CUDA graph, or with ``--target x86`` the x86
+one): an ONNX file through the build's own import and lowering (build._import, build._lower: ONNX frontend, batch norm folded, bias and activation
 fused into the convolutions and GEMMs, awkward extents padded), so the task keys are what a build's
 tasks hash to (corpus.task_key). The torch-exported corpus (corpus.py) never sees these tasks.
 
-    python -m tlmpack.training.onnx_corpus MODEL.onnx --name onnx-resnet50 [--data DIR]
+    python -m tlmpack.training.onnx_corpus MODEL.onnx --name onnx-resnet50 [--target cuda|x86] [--data DIR]
+
+``--target x86`` takes the x86 build's graph instead (channels-last convolutions; name it e.g.
+``onnx-resnet50-x86``).
 
 A model's entry is data/corpus/<name>.json (``source: "onnx"``); new tasks go to data/tasks/.
 """
@@ -15,7 +18,9 @@ from pathlib import Path
 
 
 def build_tasks(model_path: str | Path, targets: tuple[str, ...] = ("cuda",)) -> list[dict]:
-    """The distinct tasks of ``model_path``'s CUDA graph, as corpus.extract_tasks writes them."""
+    """The distinct tasks of ``model_path``'s graph for ``targets``' first target, as
+    corpus.extract_tasks writes them. ``("x86",)`` gives the x86 build's own graph: convolutions
+    channels-last (NHWC), which the torch-exported corpus and the CUDA graph never hold."""
     import dataclasses
 
     from .. import build, build_switches
@@ -23,13 +28,16 @@ def build_tasks(model_path: str | Path, targets: tuple[str, ...] = ("cuda",)) ->
     from ..tlm.language import describe_task
     from .corpus import task_key
 
-    options = build_switches.resolve(build.BuildOptions(targets=targets))
+    x86 = targets[0] == "x86"
+    # the rules' layout: a build schedules x86 convolutions channels-last under tlm and heuristic
+    options = build_switches.resolve(build.BuildOptions(targets=targets, scheduler="heuristic" if x86 else "auto"))
     # _lower only asks whether there is a CUDA target; the arch list is the build's default (sm_90)
     options = dataclasses.replace(options, cuda_archs=("sm_90",))
+    cuda = None if "cuda" not in targets else CudaTarget(("sm_90",), "nvcc", "0.0.0")
     with build_switches.applied(options):
         plans = build._import(str(model_path), options, lambda s: None)
-        build._lower(plans, options, CudaTarget(("sm_90",), "nvcc", "0.0.0"), lambda s: None)
-    graph = plans.union
+        build._lower(plans, options, cuda, lambda s: None)
+    graph = plans.x86_union if x86 else plans.union
     outputs = {call.task: call.num_outputs for call in graph.calls}
     out = []
     for task in graph.tasks:
@@ -73,13 +81,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("model")
     ap.add_argument("--name", required=True, help="corpus name, e.g. onnx-resnet50 or onnx-resnet50@b16")
     ap.add_argument("--source", default="", help="how the ONNX file was made (recorded in the entry)")
+    ap.add_argument("--target", choices=("cuda", "x86"), default="cuda",
+                    help="whose graph: x86 builds run convolutions channels-last")
     ap.add_argument("--data", default=None)
     args = ap.parse_args(argv)
     import onnx
 
     graph = onnx.load(args.model, load_external_data=False).graph
     shape = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
-    tasks = build_tasks(args.model)
+    tasks = build_tasks(args.model, (args.target,))
     print(json.dumps({"model": args.name, **add_model(Store(args.data or default_root()), args.name, tasks,
                                                      args.source or "onnx", shape)}))
 
