@@ -45,6 +45,7 @@ from gpu_seed_models import _find, _stem, rel_err  # noqa: E402
 
 import tlmpack.runtime as rt  # noqa: E402
 from tlmpack.environment import environment  # noqa: E402
+from tlmpack.verify import check_live  # noqa: E402
 
 MODELS = ["resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2"]
 
@@ -74,8 +75,7 @@ def carried_reference(folders: list[Path], name: str) -> np.ndarray | None:
         return None
     with np.load(found) as refs:
         first = refs[refs.files[0]]
-    if not np.isfinite(first).all() or float(np.abs(first).max()) == 0.0:
-        raise RuntimeError(f"{name}: the carried reference {found.name} is all zeros or not finite")
+    check_live(f"{name} ({found.name})", first)
     return first
 
 
@@ -103,19 +103,17 @@ def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, 
     feed = dict(np.load(inputs_file)) if inputs_file else zoo.random_inputs(name, 0)
     onnx_path, origin = onnx_file(folders, name, scratch)
     row: dict = {"model": name, "onnx": origin, "ms": {}, "err": {}}
+    # the build host's torch output on the carried inputs is the reference where it was carried;
+    # onnxruntime on a file exported here (another torch) is checked against it, not trusted over it
     carried = carried_reference(folders, name) if inputs_file else None
+    against = "onnxruntime" if carried is None else "the carried torch reference"
     for t in threads:
         session = ort_session(onnx_path, t)
         reference = session.run(None, feed)[0]
-        if not np.isfinite(reference).all() or float(np.abs(reference).max()) == 0.0:
-            raise RuntimeError(f"{name}: the onnxruntime reference is all zeros or not finite")
+        check_live(f"{name} (onnxruntime)", reference)
         if carried is not None:
-            # the build host's torch output on the carried inputs is the reference; onnxruntime on a
-            # file exported here (another torch) is checked against it, not trusted over it
             row["ort_err"] = rel_err(reference, carried)
-            reference, against = carried, "the carried torch reference"
-        else:
-            against = "onnxruntime"
+            reference = carried
         fns = {"ort": lambda s=session: s.run(None, feed)}
         models = []
         for v, variant, k in engines(variants, tasks):

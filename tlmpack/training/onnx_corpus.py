@@ -1,7 +1,8 @@
-"""Corpus tasks as `tlmpack build` sees them (the CUDA graph, or with ``--target x86`` the x86
-one): an ONNX file through the build's own import and lowering (build._import, build._lower: ONNX frontend, batch norm folded, bias and activation
-fused into the convolutions and GEMMs, awkward extents padded), so the task keys are what a build's
-tasks hash to (corpus.task_key). The torch-exported corpus (corpus.py) never sees these tasks.
+"""Corpus tasks as ``tlmpack build`` sees them (the CUDA graph, or with ``--target x86`` the x86
+one): an ONNX file through the build's own import and lowering (build._import, build._lower: ONNX
+frontend, batch norm folded, bias and activation fused into the convolutions and GEMMs, awkward
+extents padded), so the task keys are what a build's tasks hash to (corpus.task_key). The
+torch-exported corpus (corpus.py) never sees these tasks.
 
     python -m tlmpack.training.onnx_corpus MODEL.onnx --name onnx-resnet50 [--target cuda|x86] [--data DIR]
 
