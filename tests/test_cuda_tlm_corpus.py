@@ -162,3 +162,6 @@ def test_onnx_corpus_for_x86_holds_the_channels_last_convolutions_an_x86_build_s
     first = next(iter(convs.values()))
     assert first["spatial"][1] == first["spatial"][2] and first["spatial"][1] != first["spatial"][3]  # N, H, W, C
     assert all(task_key(load_func(t)) == k for k, t in convs.items())
+    # each convolution's constant kernel is the operand the build pre-packs, and the timer packs it
+    assert all(t["weight_param"] == 1 for t in convs.values())
+    assert all(t["weight_param"] is None for t in build_tasks(path, ("x86",)) if t["kind"] != "matmul")

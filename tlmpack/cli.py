@@ -184,8 +184,8 @@ def main(debug: bool) -> None:
               help="Schedule TARGET with these TLM weights (tlmpack tlm train/adapt) instead of the shipped ones.")
 @click.option("--tune", default=0, show_default=True, type=click.IntRange(min=0),
               help="Measure this many candidates per x86 task on this machine (the TLM's top-k plus the rules' "
-                   "point) and keep the fastest (chosen_by: search). 0: no measurement. Candidates are timed "
-                   "with unpacked weights, the winner built pre-packed (docs/tlm.md).")
+                   "point) and keep the fastest (chosen_by: search). 0: no measurement. Each candidate is timed "
+                   "as the build would run it, its weight pre-packed for its own tiling.")
 @click.option("--cuda-arch", "cuda_archs", default=None, metavar="sm_XX[,sm_YY…]",
               help="GPU archs for the cuda target: a cubin each, PTX for the lowest (default: sm_90).")
 @click.option("--disable-rules", default=None, metavar="RULE[,RULE…]",

@@ -88,6 +88,12 @@ def split_prepack(scheduled, arg_types: list[tuple[tuple[int, ...], str]], num_o
     return SplitKernel(kernel, prepack, param, packed_shape, arg_types[param][1])
 
 
+def func_arg_types(func) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of every parameter of a PrimFunc, in order: what split_prepack needs where
+    no graph is at hand (the dataset's timer, --tune)."""
+    return [(tuple(int(d) for d in p.shape), str(p.dtype)) for p in func.params]
+
+
 class Packer:
     """Compiles prepack functions for the build host and runs them on constants."""
 
@@ -95,24 +101,35 @@ class Packer:
         import tvm
 
         self._target = tvm.target.Target({"kind": "llvm"})
-        self._cache: dict[int, Any] = {}
+        self._cache: dict[int, list[tuple[Any, Any]]] = {}
+
+    def _compiled(self, prepack):
+        """The packer's executable; structurally equal packers (programs with one tiling) share one."""
+        import tvm
+        import tvm_ffi
+
+        bucket = self._cache.setdefault(tvm_ffi.structural_hash(prepack), [])
+        for func, executable in bucket:
+            if tvm_ffi.structural_equal(func, prepack):
+                return executable
+        executable = tvm.compile(tvm.IRModule({"main": prepack.with_attr("global_symbol", "main")}),
+                                 target=self._target)
+        bucket.append((prepack, executable))
+        return executable
 
     def pack(self, split: SplitKernel, weight: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``weight`` packed into ``out`` (a new array if None), which is returned. TVM reads and
         writes both in place when they are 64-byte aligned (graph.weights_buffer's are)."""
         import tvm
 
-        key = id(split.prepack)
-        if key not in self._cache:
-            self._cache[key] = tvm.compile(tvm.IRModule({"main": split.prepack.with_attr("global_symbol", "main")}),
-                                           target=self._target)
+        compiled = self._compiled(split.prepack)
         if out is None:
             out = np.empty(split.packed_shape, dtype=weight.dtype)
         source, target = _in_place(weight), _in_place(out)
         if source is None:
             source = tvm.runtime.tensor(np.ascontiguousarray(weight))
         packed = target if target is not None else tvm.runtime.empty(out.shape, str(out.dtype))
-        self._cache[key]["main"](source, packed)
+        compiled["main"](source, packed)
         if target is None:
             out[...] = host_array(packed)
         return out

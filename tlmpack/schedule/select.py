@@ -384,18 +384,32 @@ def _arg_types(graph: Graph, task_id: str) -> tuple[list[tuple[tuple[int, ...], 
     return [(graph.tensors[a].shape, graph.tensors[a].dtype) for a in call.args], call.num_outputs
 
 
+def packed_weight_param(graph: Graph, task_id: str, func) -> int | None:
+    """The parameter of a matmul-like task that a build pre-packs: its first multiply-accumulate
+    operand that receives a constant in every call (lower/prepack.py), None when there is none.
+    The dataset's x86 timer packs the same one (training/x86_build.py), so it times what builds run."""
+    from ..lower.prepack import weight_operand_params
+    from .heuristics.classify import classify
+
+    task_class = classify(func)
+    if task_class.kind != "matmul":
+        return None
+    found = weight_operand_params(graph, task_id, func, tuple(task_class.reuse))
+    return found[0] if found else None
+
+
+def mark_layout_free(func, param: int | None):
+    """``func`` with ``param`` marked layout-free, so the space's RewriteLayout packs it."""
+    return func if param is None else func.with_attr("layout_free_buffers", [param])
+
+
 def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, options: SelectOptions):
     """TLM (when asked) then rules, weights marked layout-free so RewriteLayout packs them:
     (choice, chosen_by, note prefix, split, tlm) — choice None when neither fits."""
-    from ..lower.prepack import split_prepack, weight_operand_params
-    from .heuristics.classify import classify
+    from ..lower.prepack import split_prepack
 
-    packed_params: list[int] = []
-    if prepack:
-        task_class = classify(func)
-        if task_class.kind == "matmul":
-            packed_params = weight_operand_params(graph, task.id, func, tuple(task_class.reuse))[:1]
-    marked = func.with_attr("layout_free_buffers", packed_params) if packed_params else func
+    param = packed_weight_param(graph, task.id, func) if prepack else None
+    marked = mark_layout_free(func, param)
     choice, chosen_by, prefix, tlm = None, "heuristic", "", None
     if options.scheduler == "tlm":
         choice, why, tlm = _tlm_choice(marked, tvm_target, "x86", hardware, task.name, options,
@@ -405,7 +419,7 @@ def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, o
         else:
             prefix = f"tlm fallback: {why}; "
     if options.tune and options.scheduler in ("tlm", "heuristic"):
-        tuned = _tune_x86(graph, task, func, marked, tvm_target, hardware, choice, options)
+        tuned = _tune_x86(graph, task, func, param, tvm_target, hardware, choice, options)
         if tuned is not None:
             choice, chosen_by = tuned, "search"
     if choice is None:
@@ -413,9 +427,9 @@ def _choose_x86(graph: Graph, task, func, tvm_target, hardware, prepack: bool, o
     if choice is None:
         return None, chosen_by, prefix, None, tlm
     split = None
-    if packed_params:
+    if param is not None:
         types, num_outputs = _arg_types(graph, task.id)
-        split = split_prepack(choice.func, types, num_outputs, packed_params[0])
+        split = split_prepack(choice.func, types, num_outputs, param)
     return choice, chosen_by, prefix, split, tlm
 
 
@@ -434,13 +448,15 @@ def _tlm_points(func, tvm_target, hardware, task_name: str, options: SelectOptio
                         samples=max(0, options.tune - 2), hint=hint)
 
 
-def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice: RuleChoice | None,
+def _tune_x86(graph: Graph, task, func, param: int | None, tvm_target, hardware, tlm_choice: RuleChoice | None,
               options: SelectOptions) -> RuleChoice | None:
-    """--tune: the fastest of the TLM's points and the rules' on this host, replayed on the build's
-    (pre-packing) space; None when nothing could be measured."""
+    """--tune: the fastest of the TLM's points and the rules' on this host, each timed as the
+    kernel the build runs (weight ``param`` pre-packed), then replayed on the build's space; None
+    when nothing could be measured."""
     from .space import fixed_decider
     from .tune import tune_task
 
+    marked = mark_layout_free(func, param)
     started = time.perf_counter()
     if tlm_choice is not None:
         points = [tlm_choice, *tlm_choice.alternatives]
@@ -448,7 +464,7 @@ def _tune_x86(graph: Graph, task, func, marked, tvm_target, hardware, tlm_choice
         points = _tlm_points(marked, tvm_target, hardware, task.name, options) if options.scheduler == "tlm" else []
     rules = schedule_with_rules(marked, tvm_target, "x86", hardware)
     num_outputs = next(c.num_outputs for c in graph.calls if c.task == task.id)
-    tuned = tune_task(func, num_outputs, tvm_target, hardware.cores, points, rules)
+    tuned = tune_task(func, num_outputs, tvm_target, hardware.cores, points, rules, weight_param=param)
     if tuned is None:
         return None
     replayed = DesignSpace(marked, tvm_target).replay(tuned.sketch, fixed_decider(tuned.decisions), locations=True)

@@ -3,9 +3,9 @@
 
 The only measurement a build ever makes, and only when asked. Candidates are timed as the
 dataset times programs: built together into one library by TVM, run through runtime_c's kernel
-API (the deployed thread pool and hooks) on seeded random inputs, the weights as plain inputs,
-in interleaved rounds, the minimum over rounds kept. The winner is then replayed on the
-pre-packing space the build uses (same sketches and sites), so its weights are packed as usual.
+API (the deployed thread pool and hooks) on seeded random inputs, in interleaved rounds, the
+minimum over rounds kept. Each is the kernel the build would run: replayed on the build's
+(pre-packing) space, its constant weight packed for its own tiling (lower/prepack.py).
 """
 
 from __future__ import annotations
@@ -35,36 +35,32 @@ class Tuned:
 
 
 def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[int, tuple[Decision, ...]]],
-                       threads: int) -> dict[str, float | None]:
-    """name -> min µs over interleaved rounds (None when the point did not replay, build or run)."""
+                       threads: int, weight_param: int | None = None) -> dict[str, float | None]:
+    """name -> min µs over interleaved rounds (None when the point did not replay, build or run).
+    ``weight_param``: the parameter the build pre-packs; each candidate's kernel then reads it
+    packed for its own tiling, as the built model's will."""
     import numpy as np
     import tvm
 
     from ..runtime.kernels import KernelLibrary, random_arguments
 
-    space = DesignSpace(func, tvm_target)
-    funcs: dict[str, Any] = {}
-    for name, (sketch, decisions) in candidates.items():
-        replayed = space.replay(sketch, fixed_decider(decisions), locations=True)
-        if replayed is not None:
-            funcs[name] = replayed[0].with_attr("global_symbol", name)
+    args = random_arguments(func, num_outputs, seed=0)
+    kernels = _as_built(func, num_outputs, tvm_target, candidates, weight_param, args)
     out: dict[str, float | None] = {name: None for name in candidates}
-    if not funcs:
+    if not kernels:
         return out
     with tempfile.TemporaryDirectory(prefix="tlmpack-tune-") as tmp:
         path = Path(tmp) / "candidates.so"
         try:
-            tvm.compile(tvm.IRModule(funcs), target=tvm_target).export_library(str(path))
+            tvm.compile(tvm.IRModule({n: f for n, (f, _) in kernels.items()}), target=tvm_target).export_library(str(path))
         except Exception:  # noqa: BLE001  one bad candidate: build them one by one
-            return out | {n: t for n, t in ((n, _measure_one(f, num_outputs, tvm_target, threads, n))
-                                           for n, f in funcs.items())}
-        args = random_arguments(func, num_outputs, seed=0)
+            return out | {n: _measure_one(f, own, tvm_target, threads, n) for n, (f, own) in kernels.items()}
         with KernelLibrary(str(path), threads) as lib:
             best: dict[str, float] = {}
             for _ in range(ROUNDS):
-                for name in funcs:
+                for name, (_, own) in kernels.items():
                     try:
-                        times = lib.time(name, [a.copy() for a in args], repeats=1, min_repeat_ms=ROUND_MS)
+                        times = lib.time(name, [a.copy() for a in own], repeats=1, min_repeat_ms=ROUND_MS)
                     except Exception:  # noqa: BLE001  a candidate that fails to run is out
                         best[name] = float("nan")
                         continue
@@ -73,24 +69,50 @@ def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str,
     return out | {n: (None if np.isnan(t) else t) for n, t in best.items()}
 
 
-def _measure_one(func, num_outputs: int, tvm_target, threads: int, name: str) -> float | None:
+def _as_built(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[int, tuple[Decision, ...]]],
+              weight_param: int | None, args: list) -> dict[str, tuple[Any, list]]:
+    """name -> (the kernel a build would run for the candidate, its arguments): replayed on the
+    build's space, split from its packer where the weight is pre-packed (the weight then packed)."""
+    from ..lower.prepack import Packer, func_arg_types, split_prepack
+    from .select import mark_layout_free
+
+    space = DesignSpace(mark_layout_free(func, weight_param), tvm_target)
+    packer = Packer() if weight_param is not None else None
+    out: dict[str, tuple[Any, list]] = {}
+    for name, (sketch, decisions) in candidates.items():
+        replayed = space.replay(sketch, fixed_decider(decisions), locations=True)
+        if replayed is None:
+            continue
+        kernel, own = replayed[0], args
+        if packer is not None:
+            try:
+                split = split_prepack(kernel, func_arg_types(func), num_outputs, weight_param)
+                if split is not None:
+                    packed = packer.pack(split, args[weight_param])
+                    kernel, own = split.kernel, [packed if i == weight_param else a for i, a in enumerate(args)]
+            except Exception:  # noqa: BLE001  the build would fall back to the plain weight: not this point
+                continue
+        out[name] = (kernel.with_attr("global_symbol", name), own)
+    return out
+
+
+def _measure_one(func, args: list, tvm_target, threads: int, name: str) -> float | None:
     import tvm
 
-    from ..runtime.kernels import KernelLibrary, random_arguments
+    from ..runtime.kernels import KernelLibrary
 
     with tempfile.TemporaryDirectory(prefix="tlmpack-tune-") as tmp:
         path = Path(tmp) / "one.so"
         try:
             tvm.compile(tvm.IRModule({name: func}), target=tvm_target).export_library(str(path))
             with KernelLibrary(str(path), threads) as lib:
-                return min(min(lib.time(name, random_arguments(func, num_outputs, 0), 1, ROUND_MS))
-                           for _ in range(ROUNDS)) * 1e6
+                return min(min(lib.time(name, [a.copy() for a in args], 1, ROUND_MS)) for _ in range(ROUNDS)) * 1e6
         except Exception:  # noqa: BLE001
             return None
 
 
 def tune_task(func, num_outputs: int, tvm_target, threads: int, tlm_points: list, rule_point,
-              say: Callable[[str], None] | None = None) -> Tuned | None:
+              say: Callable[[str], None] | None = None, weight_param: int | None = None) -> Tuned | None:
     """Measures the TLM's points (decode.Decoded, greedy first) and the rules' (RuleChoice or
     None); the fastest that ran."""
     candidates: dict[str, tuple[int, tuple[Decision, ...]]] = {}
@@ -99,7 +121,7 @@ def tune_task(func, num_outputs: int, tvm_target, threads: int, tlm_points: list
     if rule_point is not None:
         candidates["heuristic"] = (rule_point.sketch, rule_point.decisions)
     started = time.perf_counter()
-    latencies = measure_candidates(func, num_outputs, tvm_target, candidates, threads)
+    latencies = measure_candidates(func, num_outputs, tvm_target, candidates, threads, weight_param)
     timed = {n: t for n, t in latencies.items() if t is not None}
     if say:
         say(f"  tuned {len(candidates)} candidates in {time.perf_counter() - started:.1f} s")

@@ -99,7 +99,7 @@ def build_batch(store: Store, machine: Machine, train_keys: list[str], eval_keys
         named = {f"p{j}": p for j, p in enumerate(points)}
         for n, sketch, decisions in job.programs:
             programs.append({"task": key, "role": role, "folder": key, "name": n, "sketch": sketch,
-                             "decisions": decisions, **named[n][2]})
+                             "decisions": decisions, **named[n][2], **job.record_fields()})
         if role == "train" and random_per_task:
             rjob = build_job(str(store.root), key, cores, seed, str(out_dir / f"{key}-random"),
                              count=random_per_task, cpu=machine.cpu,
@@ -107,7 +107,7 @@ def build_batch(store: Store, machine: Machine, train_keys: list[str], eval_keys
                              else None)
             for n, sketch, decisions in rjob.programs:
                 programs.append({"task": key, "role": role, "folder": f"{key}-random", "name": n, "sketch": sketch,
-                                 "decisions": decisions, "chosen_by": "random"})
+                                 "decisions": decisions, "chosen_by": "random", **rjob.record_fields()})
         say(f"[{i}/{len(train_keys) + len(eval_keys)}] {task['name'][:32]} ({role}): {len(programs)} programs, "
             f"{time.perf_counter() - started:.0f} s" + (f" ({job.error})" if job.error else ""))
     batch = {"cpu": machine.cpu, "hardware": machine.hardware_json(), "threads": cores, "seed": seed,
@@ -162,6 +162,7 @@ def import_results(store: Store, batch_dir: Path, results: dict) -> list[dict]:
             "seed": batch["seed"], "timer": "runtime_c", "timing": TIMING, "task": p["task"], "task_name": name,
             "model": model, "sketch": p["sketch"], "decisions": p["decisions"], "chosen_by": p["chosen_by"],
             "rule": p.get("rule", ""), "tlm_model": p.get("model", ""), "role": p["role"], "other_load": 0.0,
+            **({"weights": p["weights"]} if "weights" in p else {}),
             "time": results["time"], **{k: v for k, v in r.items() if k not in ("folder", "name")}})
     if records:
         store.writer("x86", f"adapt-{batch['cpu']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}").append(records)

@@ -107,7 +107,7 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
 
 def _stored_best(store: Store, target: str, keys: set[str], threads: int, k: int) -> dict[str, list[dict]]:
     by_task: dict[str, list[dict]] = {}
-    for r in store.records(target):
+    for r in store.records(target, as_built=True):
         if r.get("valid") and r["task"] in keys and (target != "x86" or (
                 r["hardware"].get("cores") == threads and r.get("timer") == "runtime_c")):
             by_task.setdefault(r["task"], []).append(r)
@@ -158,7 +158,8 @@ def measure_x86(store: Store, candidates: dict[str, list[Candidate]], threads: i
             for n, sketch, decisions, m in outcomes:
                 c = proposed.get(n)
                 chosen = {"chosen_by": c.chosen_by, "rule": c.rule} if c else {"chosen_by": "random"}
-                records.append(make_record(common, job.key, name, model, sketch, decisions, chosen, m.to_json()))
+                records.append(make_record(common, job.key, name, model, sketch, decisions, chosen | job.record_fields(),
+                                           m.to_json()))
         if records:
             store.writer("x86", run).append(records)
         return records
@@ -171,7 +172,7 @@ def _known_points(store: Store, keys: set[str], threads: int) -> dict[str, froze
     from .x86_build import _point_key
 
     known: dict[str, set] = {}
-    for r in store.records("x86"):
+    for r in store.records("x86", as_built=True):
         if r["task"] in keys and r["hardware"].get("cores") == threads:
             known.setdefault(r["task"], set()).add(_point_key(r["sketch"], r["decisions"]))
     return {k: frozenset(v) for k, v in known.items()}

@@ -114,7 +114,7 @@ def _interrupt(signum, frame) -> None:
 def _existing(store: Store, target: str, cores: int) -> dict[str, set]:
     """task key → the points (sketch, decisions) already recorded for it on ``cores`` cores."""
     done: dict[str, set] = {}
-    for r in store.records(target):
+    for r in store.records(target, as_built=True):
         if r.get("hardware", {}).get("cores") != cores:
             continue
         done.setdefault(r["task"], set()).add((r["sketch"], _decisions_key(r["decisions"])))
@@ -123,7 +123,7 @@ def _existing(store: Store, target: str, cores: int) -> dict[str, set]:
 
 def _with_heuristic(store: Store, target: str, cores: int) -> set[str]:
     """Task keys that have a runtime_c record of their heuristic schedule on ``cores`` cores."""
-    return {r["task"] for r in store.records(target) if r.get("chosen_by") == "heuristic"
+    return {r["task"] for r in store.records(target, as_built=True) if r.get("chosen_by") == "heuristic"
             and r.get("timer") == "runtime_c" and r.get("hardware", {}).get("cores") == cores}
 
 
@@ -307,8 +307,8 @@ def collect(store: Store, models: list[str], per_task: int, seed: int = 0, budge
                     if not m.valid:
                         reason = m.error.split(":")[0].split(" ")[0]
                         summary.invalid_reasons[reason] = summary.invalid_reasons.get(reason, 0) + 1
-                    records.append(make_record(common, key, entry["name"], model, sketch, decisions, chosen,
-                                               m.to_json()))
+                    records.append(make_record(common, key, entry["name"], model, sketch, decisions,
+                                               chosen | job.record_fields(), m.to_json()))
                     done[key].add((sketch, _decisions_key(decisions)))
                 if records:
                     writer.append(records)  # flushed: a stop after this loses only the jobs in flight

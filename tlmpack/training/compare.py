@@ -130,7 +130,7 @@ def round_progress(store, target: str, records: list[dict]) -> dict:
         if r.get("valid"):
             mine[group(r)].append(r)
     before: dict[tuple, list[dict]] = defaultdict(list)
-    for r in store.records(target):
+    for r in store.records(target, as_built=True):
         if r.get("valid") and group(r) in mine and r.get("rule") != "re-measured":
             before[group(r)].append(r)
     rows = []

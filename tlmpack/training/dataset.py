@@ -162,7 +162,7 @@ class TrainingSet:
 def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = None) -> dict[tuple, list[dict]]:
     """Valid records by (task, hardware, timer): latencies compare only within one group."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in store.records(target):
+    for r in store.records(target, as_built=True):  # x86: only kernels timed as builds run them
         if llvm_cpu is not None and r["hardware"].get("llvm_cpu") != llvm_cpu:
             continue
         if llvm_cpu is None and r.get("role"):  # another machine's adapt batch: only `tlm adapt` learns it

@@ -76,7 +76,8 @@ def refresh_heuristics(store: Store, threads: int, keys: list[str], seed: int = 
             chosen = {"chosen_by": "heuristic", "rule": job.heuristic_rule}
             for sketch, decisions, m in outcomes:
                 invalid += not m.valid
-                records.append(make_record(common, job.key, name, model, sketch, decisions, chosen, m.to_json()))
+                records.append(make_record(common, job.key, name, model, sketch, decisions, chosen | job.record_fields(),
+                                           m.to_json()))
         if records:
             store.writer("x86").append(records)
         return {"recorded": len(records), "invalid": invalid}

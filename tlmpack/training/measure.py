@@ -254,7 +254,7 @@ def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: li
 
     from ..runtime.kernels import KernelLibrary
     from .host_gate import HostGate
-    from .x86_build import load_reference
+    from .x86_build import load_reference, program_arguments
 
     out: dict[tuple[str, str], Measurement] = {}
     slowdowns: dict[tuple[str, str], list[float]] = {}
@@ -268,13 +268,16 @@ def measure_folders(builds: list[tuple[str, list[str]]], threads: int, pause: li
             args, expected = load_reference(Path(folder) / "reference.npz")
             library = stack.enter_context(KernelLibrary(str(Path(folder) / "kernels.so"), threads))
             arrays = [a.copy() for a in args]  # shared by the folder's timed calls: only timing matters now
+            packed = program_arguments(folder, args)  # kernels that read a pre-packed weight, as built
             for name in names:
-                outcome = check_program(library, name, args, expected)
+                own = packed.get(name)
+                outcome = check_program(library, name, own or args, expected)
                 if isinstance(outcome, Measurement):
                     out[folder, name] = outcome
                 else:
                     first, errors[folder, name] = outcome
-                    programs[folder, name] = TimedProgram(library, name, arrays, first)
+                    timed = arrays if own is None else [o if o is not args[i] else arrays[i] for i, o in enumerate(own)]
+                    programs[folder, name] = TimedProgram(library, name, timed, first)
         gate = HostGate(host_wait_s() if host_wait is None else host_wait) if programs else None
         try:
             samples = time_interleaved(programs, rounds, gate=gate, slowdowns=slowdowns)

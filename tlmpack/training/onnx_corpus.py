@@ -26,6 +26,7 @@ def build_tasks(model_path: str | Path, targets: tuple[str, ...] = ("cuda",)) ->
 
     from .. import build, build_switches
     from ..lower.cuda import CudaTarget
+    from ..schedule.select import packed_weight_param
     from ..tlm.language import describe_task
     from .corpus import task_key
 
@@ -50,6 +51,7 @@ def build_tasks(model_path: str | Path, targets: tuple[str, ...] = ("cuda",)) ->
             "script": script, "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
             "kind": info.kind, "ops": list(info.ops), "spatial": list(info.spatial),
             "reduction": list(info.reduction), "dtypes": list(info.dtypes),
+            "weight_param": packed_weight_param(graph, task.id, func),
         })
     return out
 
@@ -64,8 +66,10 @@ def add_model(store, name: str, tasks: list[dict], source: str, input_shape: lis
             seen[t["key"]]["calls"] += t["calls"]
             continue
         seen[t["key"]] = {"key": t["key"], "name": t["name"], "calls": t["calls"]}
+        if t.get("weight_param") is not None:  # a graph fact: which parameter the build packs
+            seen[t["key"]]["weight_param"] = t["weight_param"]
         if not store.has_task(t["key"]):
-            store.put_task({**t, "first_model": name})
+            store.put_task({k: v for k, v in t.items() if k != "weight_param"} | {"first_model": name})
             new += 1
     store.put_corpus(name, {"model": name, "held_out": False, "source": source, "input_shape": input_shape,
                             "tasks": sorted(seen.values(), key=lambda e: e["key"])})

@@ -34,7 +34,7 @@ def remeasure(store: Store, count: int, seed: int = 0, back_to_back: bool = Fals
 
     threads = threads or len(os.sched_getaffinity(0))
     max_other = allowed_other_load(threads)
-    records = [r for r in store.records("x86") if r.get("valid") and r["hardware"]["cores"] == threads
+    records = [r for r in store.records("x86", as_built=True) if r.get("valid") and r["hardware"]["cores"] == threads
                and (is_quiet(r) or not quiet_only) and r.get("timer") == "runtime_c"
                and timing in (None, r.get("timing", "burst"))]
     chosen = random.Random(seed).sample(records, min(count, len(records)))

@@ -16,7 +16,7 @@ def latencies(store: Store, cores: int, target: str = "x86",
     taken on ``cores`` cores, task key → (µs, rule) of its heuristic record, the latest)."""
     out: dict[str, list[float]] = {}
     heuristic: dict[str, tuple] = {}
-    for r in store.records(target):
+    for r in store.records(target, as_built=True):
         if not r.get("valid") or r["hardware"]["cores"] != cores:
             continue
         if r.get("chosen_by") == "heuristic":

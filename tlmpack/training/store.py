@@ -24,6 +24,18 @@ RECORD_VERSION = 1
 QUIET_SLACK = 0.2  # cores of other work tolerated beyond those the measurement left free
 
 
+WEIGHTS_AS_BUILT = "as-built"  # records' ``weights``: the kernel read the weight packed as a build packs it
+
+
+def timed_as_built(record: dict, weight_params: dict[str, int]) -> bool:
+    """Whether a record's kernel read its weight as a build passes it: pre-packed (``weights:
+    "as-built"``) for a task whose build packs one (Store.weight_params), plain otherwise. x86
+    records of those tasks from before 2026-12-03 timed the plain weight: another kernel."""
+    if record.get("target") != "x86":
+        return True
+    return (record.get("weights") == WEIGHTS_AS_BUILT) == (record["task"] in weight_params)
+
+
 def is_quiet(record: dict) -> bool:
     """Timed while other processes left the measurement its cores: other_load at most the
     machine's cpus minus the threads used (plus a little slack)."""
@@ -84,12 +96,26 @@ class Store:
         """Every stored corpus entry (a model and its tasks), by model name."""
         return [json.loads(p.read_text()) for p in sorted((self.root / "corpus").glob("*.json"))]
 
+    def weight_params(self) -> dict[str, int]:
+        """Task key -> the parameter a build pre-packs (a constant weight read tiled; corpus
+        entries' ``weight_param``, written by onnx_corpus). The x86 timer packs it the same way."""
+        found: dict[str, int] = {}
+        for entry in self.corpora():
+            for t in entry.get("tasks", ()):
+                if t.get("weight_param") is not None:
+                    found.setdefault(t["key"], int(t["weight_param"]))
+        return found
+
     # ---- records ------------------------------------------------------------------------------
-    def records(self, target: str | None = None) -> Iterator[dict]:
-        """Every record (valid or not) of ``target`` (all targets when None), shard by shard."""
+    def records(self, target: str | None = None, as_built: bool = False) -> Iterator[dict]:
+        """Every record (valid or not) of ``target`` (all targets when None), shard by shard.
+        ``as_built``: only those whose kernel was timed as builds run it (timed_as_built)."""
         base = self.root / "records"
+        weight_params = self.weight_params() if as_built else {}
         for shard in sorted(base.glob(f"{target or '*'}/*.jsonl.gz")):
-            yield from read_shard(shard)
+            for r in read_shard(shard):
+                if not as_built or timed_as_built(r, weight_params):
+                    yield r
 
     def writer(self, target: str, run: str | None = None) -> ShardWriter:
         run = run or f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{socket.gethostname()[:16]}-{os.getpid()}"

@@ -7,7 +7,15 @@ A job writes into its own folder:
     kernels.so     every program of the job, kernel ``p<i>`` (TVM's export_library, llvm)
     reference.npz  the task's arguments (``arg<i>``, outputs pre-filled with NaN) and the expected
                    outputs (``expected<i>``), from the unscheduled task on the same inputs
+    packed.json    only for a task whose build pre-packs a weight (the store's ``weight_param``):
+                   ``{"param": i, "programs": {kernel: file}}``, the packed weight each kernel
+                   reads in place of ``arg<i>``; the files are ``packed-<digest>.npy`` beside it
 and returns a picklable JobResult naming the programs and the ones that did not build.
+
+Weights are passed as builds pass them (``weights: "as-built"`` on the records): a build packs a
+matmul-like task's constant operand once into the tiled order its kernel walks (lower/prepack.py),
+so the kernel it runs reads the packed weight. Timing the same program on the plain weight measured
+another kernel: 2.2x slower on ResNet-50's convolutions (docs/tlm.md, "the x86 dataset's two gaps").
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.kernels import random_arguments
+from .store import WEIGHTS_AS_BUILT
 
 
 @dataclass
@@ -38,6 +47,11 @@ class JobResult:
     exhausted: bool = False  # new points stopped coming: the space is (nearly) all measured
     heuristic_rule: str = ""  # with heuristic=True: the rule (or fallback) that chose program "h"
     error: str = ""  # the job as a whole failed (the reference did not build, ...)
+    weight_param: int | None = None  # the parameter passed as builds pass it (packed where they pack)
+
+    def record_fields(self) -> dict:
+        """What every record of this job's programs says about how they were timed."""
+        return {} if self.weight_param is None else {"weights": WEIGHTS_AS_BUILT}
 
 
 def _compile(funcs: dict[str, Any], target):
@@ -108,6 +122,7 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
     reference still runs here, built for this host."""
     from ..lower.x86 import x86_target
     from ..schedule.records import Decision
+    from ..schedule.select import mark_layout_free
     from ..schedule.space import DesignSpace
     from .corpus import load_func
     from .sample import replay_point, sample_point
@@ -115,12 +130,15 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    result = JobResult(key, str(out))
-    task = Store(data_root).task(key)
+    store = Store(data_root)
+    result = JobResult(key, str(out), weight_param=store.weight_params().get(key))
+    task = store.task(key)
     func = load_func(task)
     target = x86_target(cpu, num_cores=threads).tvm_target()
     host_target = target if cpu is None else x86_target(num_cores=threads).tvm_target()
-    space = DesignSpace(func, target, seed=seed)
+    # the build's space: RewriteLayout packs the marked weight (same sketches and sites as unmarked)
+    marked = mark_layout_free(func, result.weight_param)
+    space = DesignSpace(marked, target, seed=seed)
     chosen: dict[str, tuple[int, list, Any]] = {}
     if points is not None:
         for i, (sketch, decisions) in enumerate(points):
@@ -149,7 +167,7 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
             chosen[f"p{len(chosen)}"] = (p.sketch, decisions, p.func)
         result.exhausted = len(chosen) < count
     if heuristic:
-        choice = heuristic_point(func, target, threads)
+        choice = heuristic_point(marked, target, threads)
         if choice is not None:
             sketch, scheduled, decisions, result.heuristic_rule = choice
             chosen["h"] = (sketch, [d.to_json() for d in decisions], scheduled)
@@ -172,11 +190,63 @@ def build_job(data_root: str, key: str, threads: int, seed: int, folder: str, co
         return result
     if not chosen:
         return result
-    errors = build_library({n: f for n, (_, _, f) in chosen.items()}, target, out / "kernels.so")
+    kernels = {n: f for n, (_, _, f) in chosen.items()}
+    if result.weight_param is not None:
+        try:
+            kernels = pack_as_built(kernels, result.weight_param, task["num_outputs"], out)
+        except Exception as e:  # noqa: BLE001  TVM failed to split or pack: a build falls back the same way
+            result.error = f"pre-packing: {type(e).__name__}: {str(e)[:200]}"
+            return result
+    errors = build_library(kernels, target, out / "kernels.so")
     for n, err in errors.items():
         result.failed.append((n, chosen[n][0], chosen[n][1], err))
     result.programs = [(n, s, d) for n, (s, d, _) in chosen.items() if n not in errors]
     return result
+
+
+PACKED_FILE = "packed.json"
+
+
+def pack_as_built(funcs: dict[str, Any], param: int, num_outputs: int, folder: Path) -> dict[str, Any]:
+    """The kernels a build runs for ``funcs`` (scheduled on the marked space): each split from its
+    layout-rewrite block (lower/prepack.split_prepack), its packer run here on the reference's
+    weight, the packed weights saved in ``folder`` (one file per distinct packing) and named in
+    packed.json. Programs that RewriteLayout left alone keep reading the plain weight."""
+    import hashlib
+    import json
+
+    from ..lower.prepack import Packer, func_arg_types, split_prepack
+
+    args, _ = load_reference(folder / "reference.npz")
+    packer, kernels, files = Packer(), {}, {}
+    for name, func in funcs.items():
+        split = split_prepack(func, func_arg_types(func), num_outputs, param)
+        if split is None:
+            kernels[name] = func
+            continue
+        packed = packer.pack(split, args[param])
+        digest = hashlib.sha256(str(packed.shape).encode() + packed.tobytes()).hexdigest()[:16]
+        files[name] = f"packed-{digest}.npy"
+        if not (folder / files[name]).exists():
+            np.save(folder / files[name], packed)
+        kernels[name] = split.kernel
+    (folder / PACKED_FILE).write_text(json.dumps({"param": param, "programs": files}))
+    return kernels
+
+
+def program_arguments(folder: str | Path, args: list[np.ndarray]) -> dict[str, list[np.ndarray]]:
+    """Kernel name -> its arguments, where packed.json gives it a packed weight (the others take
+    ``args`` as they are). Programs with one packing share one array."""
+    import json
+
+    path = Path(folder) / PACKED_FILE
+    if not path.is_file():
+        return {}
+    spec = json.loads(path.read_text())
+    arrays = {f: np.load(Path(folder) / f) for f in set(spec["programs"].values())}
+    param = int(spec["param"])
+    return {name: [arrays[f] if i == param else a for i, a in enumerate(args)]
+            for name, f in spec["programs"].items()}
 
 
 def heuristic_point(func, tvm_target, cores: int) -> tuple[int, Any, tuple, str] | None:
