@@ -108,3 +108,13 @@ def test_tune_times_each_candidate_with_its_own_packed_weight():
     plain_kernel, plain_args = _as_built(func, 1, tvm_target, candidates, None, args)["heuristic"]
     assert plain_args is args and tuple(int(d) for d in plain_kernel.params[1].shape) == args[1].shape
     assert measure_candidates(func, 1, tvm_target, candidates, 1, weight_param=1)["heuristic"] > 0
+
+
+def test_what_learns_or_compares_latencies_reads_only_records_timed_as_built(tmp_path):
+    store, key = _store(tmp_path, 1)
+    base = {"target": "x86", "task": key, "valid": True, "min_us": 5.0, "hardware": {"cores": 1}}
+    store.writer("x86", "run").append([base | {"min_us": 9.0}, base | {"weights": "as-built"},
+                                       base | {"task": "nothing-to-pack", "min_us": 7.0}])
+    assert len(list(store.records("x86"))) == 3
+    kept = list(store.records("x86", as_built=True))
+    assert [(r["task"], r["min_us"]) for r in kept] == [(key, 5.0), ("nothing-to-pack", 7.0)]
