@@ -118,3 +118,24 @@ def test_what_learns_or_compares_latencies_reads_only_records_timed_as_built(tmp
     assert len(list(store.records("x86"))) == 3
     kept = list(store.records("x86", as_built=True))
     assert [(r["task"], r["min_us"]) for r in kept] == [(key, 5.0), ("nothing-to-pack", 7.0)]
+
+
+def test_the_gap_report_compares_the_rules_with_random_programs_in_each_setting(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("gap", Path(__file__).parent.parent / "bench" / "x86_as_built_gap.py")
+    gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap)
+    store, key = _store(tmp_path, 1)
+    base = {"target": "x86", "task": key, "valid": True, "hardware": {"cores": 1}}
+    rows = [base | {"chosen_by": "random", "min_us": 10.0 + i} for i in range(8)]
+    rows += [base | {"chosen_by": "heuristic", "min_us": 20.0}]
+    rows += [r | {"weights": "as-built", "min_us": r["min_us"] / 4} for r in rows[:8]]
+    rows += [base | {"chosen_by": "heuristic", "min_us": 2.0, "weights": "as-built"}]
+    store.writer("x86", "run").append(rows)
+    result = gap.summary(store, 1)
+    assert result["as_built"] == {"tasks": 1, "rules_over_best_random": 0.8, "rules_beat_every_random": 1,
+                                  "median_random_over_best": 1.4}
+    assert result["both_settings"]["plain_rules_over_best_random"] == 2.0
+    assert result["both_settings"]["rules_plain_over_as_built"] == 10.0
