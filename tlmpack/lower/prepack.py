@@ -94,6 +94,16 @@ def func_arg_types(func) -> list[tuple[tuple[int, ...], str]]:
     return [(tuple(int(d) for d in p.shape), str(p.dtype)) for p in func.params]
 
 
+def kernel_as_built(scheduled, num_outputs: int, param: int, weight: np.ndarray, packer: Packer):
+    """(the kernel a build runs for ``scheduled``, a PrimFunc of the space with ``param`` marked
+    layout-free, and the packed weight it reads), or (``scheduled``, None) where RewriteLayout
+    packed nothing. What the dataset's timer and --tune time: the build's kernel, not the plain one."""
+    split = split_prepack(scheduled, func_arg_types(scheduled), num_outputs, param)
+    if split is None:
+        return scheduled, None
+    return split.kernel, packer.pack(split, weight)
+
+
 class Packer:
     """Compiles prepack functions for the build host and runs them on constants."""
 

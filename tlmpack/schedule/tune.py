@@ -73,7 +73,7 @@ def _as_built(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[in
               weight_param: int | None, args: list) -> dict[str, tuple[Any, list]]:
     """name -> (the kernel a build would run for the candidate, its arguments): replayed on the
     build's space, split from its packer where the weight is pre-packed (the weight then packed)."""
-    from ..lower.prepack import Packer, func_arg_types, split_prepack
+    from ..lower.prepack import Packer, kernel_as_built
     from .select import mark_layout_free
 
     space = DesignSpace(mark_layout_free(func, weight_param), tvm_target)
@@ -86,12 +86,11 @@ def _as_built(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[in
         kernel, own = replayed[0], args
         if packer is not None:
             try:
-                split = split_prepack(kernel, func_arg_types(func), num_outputs, weight_param)
-                if split is not None:
-                    packed = packer.pack(split, args[weight_param])
-                    kernel, own = split.kernel, [packed if i == weight_param else a for i, a in enumerate(args)]
+                kernel, packed = kernel_as_built(kernel, num_outputs, weight_param, args[weight_param], packer)
             except Exception:  # noqa: BLE001  the build would fall back to the plain weight: not this point
                 continue
+            if packed is not None:
+                own = [packed if i == weight_param else a for i, a in enumerate(args)]
         out[name] = (kernel.with_attr("global_symbol", name), own)
     return out
 

@@ -208,28 +208,24 @@ PACKED_FILE = "packed.json"
 
 
 def pack_as_built(funcs: dict[str, Any], param: int, num_outputs: int, folder: Path) -> dict[str, Any]:
-    """The kernels a build runs for ``funcs`` (scheduled on the marked space): each split from its
-    layout-rewrite block (lower/prepack.split_prepack), its packer run here on the reference's
-    weight, the packed weights saved in ``folder`` (one file per distinct packing) and named in
+    """The kernels a build runs for ``funcs`` (scheduled on the marked space; lower/prepack.
+    kernel_as_built), each packer run here on the reference's weight, the packed weights saved in ``folder`` (one file per distinct packing) and named in
     packed.json. Programs that RewriteLayout left alone keep reading the plain weight."""
     import hashlib
     import json
 
-    from ..lower.prepack import Packer, func_arg_types, split_prepack
+    from ..lower.prepack import Packer, kernel_as_built
 
     args, _ = load_reference(folder / "reference.npz")
     packer, kernels, files = Packer(), {}, {}
     for name, func in funcs.items():
-        split = split_prepack(func, func_arg_types(func), num_outputs, param)
-        if split is None:
-            kernels[name] = func
+        kernels[name], packed = kernel_as_built(func, num_outputs, param, args[param], packer)
+        if packed is None:
             continue
-        packed = packer.pack(split, args[param])
         digest = hashlib.sha256(str(packed.shape).encode() + packed.tobytes()).hexdigest()[:16]
         files[name] = f"packed-{digest}.npy"
         if not (folder / files[name]).exists():
             np.save(folder / files[name], packed)
-        kernels[name] = split.kernel
     (folder / PACKED_FILE).write_text(json.dumps({"param": param, "programs": files}))
     return kernels
 
