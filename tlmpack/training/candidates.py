@@ -45,19 +45,22 @@ def _task_hardware(target: str, threads: int):
 def propose(store: Store, target: str, keys: list[str], samples: int, threads: int = 1, seed: int = 0,
             weights: str | None = None, stored_best: int = 0, heuristic: bool = True,
             say: Callable[[str], None] = print, versus: dict[str, str] | None = None,
-            built: bool = False) -> dict[str, list[Candidate]]:
+            built: bool = False, neighbours: int = 0) -> dict[str, list[Candidate]]:
     """Per task: the TLM's greedy point and up to ``samples`` top-k samples (seeded), the rules'
     point, the ``stored_best`` fastest stored programs of this hardware (to re-measure), and the
     greedy point of each other model of ``versus`` (name -> weights; rule ``greedy:<name>``, even
     where it is the same point: each model's row reads its own measurement). ``built``: also the
     point a ``--scheduler tlm`` build takes with the main weights (its floor, anchor and hardware
-    checks applied, the rules where it falls back), as ``greedy:built``."""
+    checks applied, the rules where it falls back), as ``greedy:built``. ``neighbours``: up to that many
+    legal one-step edits of the rules' point (training/neighbours.py; ``chosen_by: search``, rule
+    ``neighbour``), a local search around it."""
     from ..schedule.select import SelectOptions, hint_for, schedule_with_rules, tlm_build_point
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
     from ..tlm.model import load_file, weights_path
     from .corpus import load_func
     from .dataset import task_info
+    from .neighbours import neighbours as edits_of
 
     tlm = load_file(Path(weights) if weights else weights_path(target), target)
     others = {name: load_file(Path(path), target) for name, path in (versus or {}).items()}
@@ -97,6 +100,8 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
             if choice is not None:  # even when the TLM chose the same point: then both rows show it
                 found.append(Candidate(choice.sketch, [x.to_json() for x in choice.decisions], "heuristic",
                                        choice.rule))
+                for edited in edits_of(space, choice.sketch, choice.decisions, neighbours, seed):
+                    add(Candidate(choice.sketch, [x.to_json() for x in edited], "search", "neighbour"))
         for r in best.get(key, []):
             add(Candidate(r["sketch"], r["decisions"], r.get("chosen_by") or "random", "re-measured"))
         out[key] = found
