@@ -149,6 +149,8 @@ struct tlmrt_cpu_pool {
 
   int dynamic;         /* the library has no barrier hook: threads claim tasks (see cpu_parallel_launch) */
   int default_tasks;   /* the task count a launch of num_task 0 gets (see tasks_per_thread) */
+  int launch_tasks;    /* when > 0, what a launch of num_task 0 gets instead: the holder's current step's
+                        * task count (cpu_run sets it per step from the plan's step work) */
 
   /* The current launch; written by the caller before it bumps `generation`. Atomics (relaxed) only
    * because a lagging worker of a dynamic pool may read them while the next launch writes them; it
@@ -336,7 +338,7 @@ static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int n
     tls_serial_tasks = saved;
     return failed ? -1 : 0;
   }
-  int n = num_task == 0 ? pool->default_tasks : num_task;
+  int n = num_task != 0 ? num_task : pool->launch_tasks > 0 ? pool->launch_tasks : pool->default_tasks;
   atomic_store_explicit(&pool->flambda, flambda, memory_order_relaxed);
   atomic_store_explicit(&pool->cdata, cdata, memory_order_relaxed);
   atomic_store_explicit(&pool->num_task, n, memory_order_relaxed);
@@ -449,6 +451,8 @@ void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
 #ifndef TLMRT_CPU_TASKS_PER_THREAD
 #define TLMRT_CPU_TASKS_PER_THREAD 1
 #endif
+static int tasks_per_thread_set(void) { return getenv("TLMRT_CPU_TASKS_PER_THREAD") != NULL; }
+
 static int tasks_per_thread(void) {
   const char* env = getenv("TLMRT_CPU_TASKS_PER_THREAD");
   int k = env != NULL ? atoi(env) : TLMRT_CPU_TASKS_PER_THREAD;
@@ -697,6 +701,13 @@ tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool) {
   return previous;
 }
 
+/* The task count of the next launches of num_task 0 on the pool this thread holds (0: its default).
+ * Only a dynamic pool takes it: a static pool's barrier needs one task a thread. */
+static void held_pool_set_launch_tasks(int n) {
+  tlmrt_cpu_pool* pool = tls_current_pool;
+  if (pool != NULL && pool->dynamic) pool->launch_tasks = n;
+}
+
 void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter) {
   if (tls_current_pool != NULL) tls_current_pool->wait_prof = counter;
 }
@@ -724,6 +735,7 @@ typedef struct {
   tlmrt_weights weights;
   int64_t* shapes;                      /* TLMRT_PLAN_MAX_NDIM per tensor */
   size_t* step_first_arg;               /* plan->num_steps */
+  int* step_tasks;                      /* plan->num_steps launch task counts (0: the pool's default), or NULL */
   uint64_t total_args;
   char description[64];
 } cpu_model;
@@ -883,6 +895,7 @@ static void cpu_close(void* state) {
   tlmrt_cpu_pool_destroy(m->pool);
   if (m->dl_handle != NULL) dlclose(m->dl_handle);
   free(m->step_first_arg);
+  free(m->step_tasks);
   free(m->shapes);
   tlmrt_release_weights(&m->weights);
   free(m);
@@ -898,6 +911,39 @@ static void cpu_close(void* state) {
  *   4. build the tables that every run shares (the core then makes the first run's context:
  *      the arena, one DLTensor per plan tensor and one TVMFFIAny array per step);
  *   5. fill the kernel hooks and start the threads. */
+/* A step of `mflop` million operations run on `threads` threads: about TLMRT_CPU_STEP_MFLOP_PER_TASK
+ * a task, between one and TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD tasks a thread (0 for one a thread: the
+ * pool's default). */
+#define TLMRT_CPU_STEP_MFLOP_PER_TASK 2u
+#define TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD 8u
+static int step_tasks(uint32_t mflop, int threads) {
+  if (mflop == 0 || threads <= 1) return 0;
+  uint32_t per_thread = mflop / ((uint32_t)threads * TLMRT_CPU_STEP_MFLOP_PER_TASK);
+  if (per_thread > TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD) per_thread = TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD;
+  return per_thread <= 1 ? 0 : threads * (int)per_thread;
+}
+
+/* The plan's optional step work (tlmrt_plan.h) as launch task counts for this thread count. Off when
+ * TLMRT_CPU_TASKS_PER_THREAD sets one count for every launch, or TLMRT_CPU_STEP_TASKS=0 (measuring). */
+static tlmrt_status load_step_tasks(cpu_model* m, const char* plan_symbol, int threads, char* err, size_t err_cap) {
+  const char* off = getenv("TLMRT_CPU_STEP_TASKS");
+  if (tasks_per_thread_set() || (off != NULL && strcmp(off, "0") == 0)) return TLMRT_OK;
+  char name[256];
+  if ((size_t)snprintf(name, sizeof(name), "%s%s", plan_symbol, TLMRT_PLAN_STEP_WORK_SUFFIX) >= sizeof(name))
+    return TLMRT_OK;
+  dlerror();
+  void* sym = dlsym(m->dl_handle, name);
+  if (sym == NULL) return TLMRT_OK;  /* an older plan, or no step worth splitting */
+  tlmrt_plan_step_work_fn get_work;
+  memcpy(&get_work, &sym, sizeof(get_work));
+  const uint32_t* work = get_work();
+  if (work == NULL) return TLMRT_OK;
+  m->step_tasks = (int*)calloc(m->plan->num_steps > 0 ? (size_t)m->plan->num_steps : 1u, sizeof(int));
+  if (m->step_tasks == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  for (int32_t i = 0; i < m->plan->num_steps; ++i) m->step_tasks[i] = step_tasks(work[i], threads);
+  return TLMRT_OK;
+}
+
 static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, const char* plan_symbol, void** out_state,
                              tlmrt_plan_tables* tables, char* err, size_t err_cap) {
   if (plan_symbol == NULL) plan_symbol = TLMRT_PLAN_SYMBOL;
@@ -958,6 +1004,8 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, const c
   s = tlmrt_cpu_pool_start(opts->num_threads, m->dl_handle, MODEL_FILE, &m->pool, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   int nthreads = tlmrt_cpu_pool_threads(m->pool);
+  s = load_step_tasks(m, plan_symbol, nthreads, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
   snprintf(m->description, sizeof(m->description), "cpu (%d thread%s)", nthreads, nthreads == 1 ? "" : "s");
   *tables = plan_tables(m->plan);
   *out_state = m;
@@ -986,6 +1034,7 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
     const tlmrt_plan_step* st = &plan->steps[i];
     tlmrt_ffi_any result;
     memset(&result, 0, sizeof(result));
+    if (m->step_tasks != NULL) held_pool_set_launch_tasks(m->step_tasks[i]);
     uint64_t t0 = prof != NULL ? tlmrt_now_ns() : 0;
     int32_t rc = st->fn(NULL, &c->args[m->step_first_arg[i]], st->num_args, &result);
     if (prof != NULL) {
@@ -1002,6 +1051,7 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
       break;
     }
   }
+  if (m->step_tasks != NULL) held_pool_set_launch_tasks(0);
   tlmrt_cpu_pool_leave(saved);
   if (s != TLMRT_OK) return s;
 

@@ -104,6 +104,15 @@ typedef const char* (*tlmrt_plan_kernel_error_fn)(void);
 typedef const char* (*tlmrt_plan_missing_cpu_feature_fn)(void);
 #define TLMRT_PLAN_MISSING_CPU_FEATURE_SYMBOL "tlmrt_plan_missing_cpu_feature"
 
+/* Optional, one per plan: <plan symbol>_step_work() returns plan->num_steps values, each the
+ * floating-point work of one call of that step in millions of operations, where the build lets the
+ * pool split the step's parallel loops into more tasks than threads (0: the pool's default). A long
+ * convolution split one task a thread waits for its slowest thread; smaller tasks let the others
+ * take a delayed thread's share. The runtime picks the tasks per thread from the work and the
+ * thread count it runs with (tlmrt_cpu.c, step_tasks). */
+typedef const uint32_t* (*tlmrt_plan_step_work_fn)(void);
+#define TLMRT_PLAN_STEP_WORK_SUFFIX "_step_work"
+
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA plan: C data in cuda/plan.so (a host library holding no code but this table), beside

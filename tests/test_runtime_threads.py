@@ -148,3 +148,40 @@ def test_built_model_gives_identical_bits_to_eight_threads_at_once(build_zoo_mod
                    check=True, capture_output=True, text=True)
     proc = subprocess.run([str(exe), str(art), "2", "8", "200"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "ALL_OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _add_w_tasks(artifact: Path, threads: int, report: Path) -> int:
+    """The task count the pool gave add_w's parallel launch in one run (the fake kernel writes it)."""
+    report.unlink(missing_ok=True)
+    with rt.load(artifact, num_threads=threads) as m:
+        m.run(None, {"x": X, "k": K})
+    return int(report.read_text())
+
+
+@pytest.fixture(scope="session")
+def heavy_step_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lib = fabricate.build_runtime(tmp_path_factory.mktemp("libtlmrt-work"))
+    return fabricate.make_artifact(tmp_path_factory.mktemp("work") / "model", runtime_lib=lib, step_work_mflop=100)
+
+
+def test_a_step_the_plan_marks_as_heavy_is_split_into_more_tasks_than_threads(
+        artifact: Path, heavy_step_artifact: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    report = tmp_path / "num_task"
+    monkeypatch.setenv("FAKE_NUM_TASK_FILE", str(report))
+    monkeypatch.delenv("TLMRT_CPU_TASKS_PER_THREAD", raising=False)
+    monkeypatch.delenv("TLMRT_CPU_STEP_TASKS", raising=False)
+    assert _add_w_tasks(artifact, 2, report) == 2  # no step work: one task a thread
+    assert _add_w_tasks(heavy_step_artifact, 2, report) == 16  # 100 Mop over 2 threads: 8 tasks a thread (the cap)
+    monkeypatch.setenv("TLMRT_CPU_STEP_TASKS", "0")
+    assert _add_w_tasks(heavy_step_artifact, 2, report) == 2  # switched off, for measuring
+    monkeypatch.setenv("TLMRT_CPU_TASKS_PER_THREAD", "3")
+    monkeypatch.delenv("TLMRT_CPU_STEP_TASKS")
+    assert _add_w_tasks(heavy_step_artifact, 2, report) == 6  # one count for every launch wins
+
+
+def test_a_heavy_step_still_gives_the_right_outputs(heavy_step_artifact: Path) -> None:
+    with rt.load(heavy_step_artifact, num_threads=2) as m:
+        y, z = m.run(None, {"x": X, "k": K})
+    want_y, want_z = expected(X, K)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(z, want_z)

@@ -423,7 +423,7 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     from .lower.prepack import Packer
     from .lower.x86 import host_cpu, x86_target
     from .runtime.batching import BATCH_PLANS_FILE, plan_costs
-    from .schedule.estimate import lane_factor, task_flops
+    from .schedule.estimate import lane_factor, split_step_work, task_flops
     from .schedule.hardware import detect_x86
     from .schedule.select import SelectOptions, schedule_tasks, scheduler_for
 
@@ -449,8 +449,10 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
         plans.release_plain_weights()
         union = plans.x86_union
     weights = packed[min(packed)].weights
+    flops = task_flops(union.task_funcs)
     rendered = [render_plan(packed[b], plans.imported[b].inputs, plans.imported[b].outputs, plans.first.source.name,
-                            __version__, target.features, plan_symbol("x86", b, plans.largest), common=b == plans.largest)
+                            __version__, target.features, plan_symbol("x86", b, plans.largest), common=b == plans.largest,
+                            step_work=split_step_work(packed[b], flops))
                 for b in sorted(packed, reverse=True)]
     link_model_library(stage, rendered, kernels_object)
     files = ["x86/model.so", *([BATCH_PLANS_FILE] if plans.batched else [])]
@@ -463,7 +465,6 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
         "layout_ops": all(plans.layout_ops.values())}
     per_plan, costs = {}, {}
     if plans.batched:
-        flops = task_flops(union.task_funcs)
         lanes = {t: lane_factor(f, hardware.lanes(32)) for t, f in scheduled.funcs.items()}
         work = {b: plan_work(g, flops, lanes) for b, g in packed.items()}
         costs = plan_costs(work, "x86")

@@ -15,6 +15,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tlmrt_plan.h"
@@ -86,9 +87,19 @@ static const int64_t kShape1[1] = {1};
 /* ---- add_w: y = x + w, one row per parallel task ---- */
 typedef struct { const float* x; const float* w; float* y; } add_ctx;
 
+/* With FAKE_NUM_TASK_FILE set, add_w writes the task count its launch got there (the pool's split). */
+static void report_num_task(int n) {
+  const char* path = getenv("FAKE_NUM_TASK_FILE");
+  FILE* f = path != NULL ? fopen(path, "w") : NULL;
+  if (f == NULL) return;
+  fprintf(f, "%d", n);
+  fclose(f);
+}
+
 static int add_rows(int task_id, tlmrt_parallel_env* penv, void* cdata) {
   add_ctx* c = (add_ctx*)cdata;
   int n = penv->num_task > 0 ? penv->num_task : 1;
+  if (task_id == 0) report_num_task(n);
   for (int r = task_id; r < 2; r += n)
     for (int j = 0; j < 3; ++j) c->y[r * 3 + j] = c->x[r * 3 + j] + c->w[r * 3 + j];
   return 0;
@@ -156,3 +167,9 @@ static const tlmrt_plan kPlan = {
 };
 
 EXPORT const tlmrt_plan* tlmrt_plan_v1(void) { return &kPlan; }
+
+#ifdef FAKE_STEP_WORK
+/* -DFAKE_STEP_WORK=N: add_w claims N million operations of work (tlmrt_plan.h's optional step work). */
+static const uint32_t kStepWork[2] = {FAKE_STEP_WORK, 0};
+EXPORT const uint32_t* tlmrt_plan_v1_step_work(void) { return kStepWork; }
+#endif

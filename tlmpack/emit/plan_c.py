@@ -45,10 +45,13 @@ _GCC_CPU_FEATURE = {
 
 def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec], model_name: str,
                 version: str, cpu_features: tuple[str, ...] = (), plan_symbol: str = "tlmrt_plan_v1",
-                common: bool = True) -> str:
+                common: bool = True, step_work: list[int] | None = None) -> str:
     """The plan for x86/model.so; input and output names are the model's public names.
     A dynamic-batch model.so links one plan per batch size, each under its own ``plan_symbol``;
-    exactly one of them has the ``common`` part (the kernels' error hook, the CPU feature check)."""
+    exactly one of them has the ``common`` part (the kernels' error hook, the CPU feature check).
+    ``step_work``: per call, the work the runtime may split finer (schedule/estimate.split_step_work)."""
+    if step_work is not None and len(step_work) != len(graph.calls):
+        raise ValueError(f"step_work has {len(step_work)} values for {len(graph.calls)} calls")
     tensors = []
     for t in graph.tensors:
         dt = np.dtype(t.dtype)
@@ -66,6 +69,7 @@ def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec
         kernels=[f"__tvm_ffi_{t.id}" for t in graph.tasks],
         tensors=tensors,
         steps=steps,
+        step_work=[min(int(w), 2**32 - 1) for w in step_work or []],
         inputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(inputs, graph.inputs, strict=True)],
         outputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(outputs, graph.outputs, strict=True)],
         arena_bytes=graph.arena_bytes,
