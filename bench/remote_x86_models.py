@@ -17,7 +17,9 @@ engine's latency at the most threads over its latency at the fewest (scaling).
 
 ``--tasks-per-thread K [K ...]`` loads every variant once per K with TLMRT_CPU_TASKS_PER_THREAD=K
 (the pool's tasks per thread of a parallel loop) and names the engine VARIANT/kK: the same kernels
-with their loops split finer or coarser, in the same interleaved pass.
+with their loops split finer or coarser, in the same interleaved pass. K = 0 loads it as it is, so the
+plan's step work splits its long convolutions (runtime_c/tlmrt_plan.h): engine VARIANT/steps; any
+K >= 1 switches that off and gives every launch K tasks a thread.
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ def carried_reference(folders: list[Path], name: str) -> np.ndarray | None:
 
 
 def load_with_tasks(folder: Path, threads: int, tasks_per_thread: int | None):
-    """rt.load with TLMRT_CPU_TASKS_PER_THREAD set to ``tasks_per_thread`` (None: as it is)."""
-    if tasks_per_thread is None:
+    """rt.load with TLMRT_CPU_TASKS_PER_THREAD set to ``tasks_per_thread`` (None or 0: as it is)."""
+    if not tasks_per_thread:
         return rt.load(folder, device="cpu", num_threads=threads)
     with environment({"TLMRT_CPU_TASKS_PER_THREAD": str(tasks_per_thread)}):
         return rt.load(folder, device="cpu", num_threads=threads)
@@ -91,7 +93,7 @@ def engines(variants: list[str], tasks: list[int] | None) -> list[tuple[str, str
     """(engine name, variant, tasks per thread) for every engine timed."""
     if not tasks:
         return [(v, v, None) for v in variants]
-    return [(f"{v}/k{k}", v, k) for v in variants for k in tasks]
+    return [(f"{v}/k{k}" if k else f"{v}/steps", v, k) for v in variants for k in tasks]
 
 
 def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, threads: list[int],

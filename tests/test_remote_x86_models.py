@@ -33,3 +33,9 @@ def test_a_carried_reference_of_zeros_or_nan_is_refused(remote, tmp_path, bad):
     np.savez(tmp_path / "mobilenetv2.ref.npz", out=bad)
     with pytest.raises(AssertionError, match="NaN/Inf|constant"):
         remote.carried_reference([tmp_path], "mobilenetv2")
+
+
+def test_tasks_per_thread_zero_is_the_artifact_as_built_and_others_switch_step_work_off(remote):
+    assert remote.engines(["auto"], [0, 1, 8]) == [("auto/steps", "auto", 0), ("auto/k1", "auto", 1),
+                                                  ("auto/k8", "auto", 8)]
+    assert remote.engines(["auto"], None) == [("auto", "auto", None)]
