@@ -54,9 +54,8 @@ def test_a_point_that_does_not_match_the_sketch_has_no_neighbours(matmul_rules_p
     assert neighbours(space, choice.sketch, choice.decisions[:-1], 8) == []
 
 
-def test_tlm_measure_proposes_the_rules_point_and_its_neighbours(tmp_path):
+def _tiny_store(tmp_path):
     from tlmpack.tlm.language import describe_task
-    from tlmpack.training.candidates import propose
     from tlmpack.training.corpus import task_key
     from tlmpack.training.store import Store
 
@@ -69,9 +68,44 @@ def test_tlm_measure_proposes_the_rules_point_and_its_neighbours(tmp_path):
                     "reduction": list(info.reduction), "dtypes": list(info.dtypes)})
     store.put_corpus("tiny-x86", {"model": "tiny-x86", "held_out": False,
                                   "tasks": [{"key": key, "name": "fused_dense_add_relu", "calls": 1}]})
+    return store, key
+
+
+def test_tlm_measure_proposes_the_rules_point_and_its_neighbours(tmp_path):
+    from tlmpack.training.candidates import propose
+
+    store, key = _tiny_store(tmp_path)
     found = propose(store, "x86", [key], samples=0, neighbours=5, say=lambda _m: None)[key]
     rules = [c for c in found if c.chosen_by == "heuristic"]
     edits = [c for c in found if c.rule == "neighbour"]
     assert len(rules) == 1 and 0 < len(edits) <= 5
     assert all(c.chosen_by == "search" and c.sketch == rules[0].sketch for c in edits)
     assert len({repr(c.decisions) for c in edits} | {repr(rules[0].decisions)}) == len(edits) + 1
+
+
+def test_a_hill_climb_step_edits_the_fastest_program_measured_here_and_skips_measured_points(tmp_path):
+    from tlmpack.training.candidates import propose
+    from tlmpack.training.collect import make_record, record_common
+
+    store, key = _tiny_store(tmp_path)
+    rules = [c for c in propose(store, "x86", [key], samples=0, say=lambda _m: None)[key] if c.chosen_by == "heuristic"][0]
+    space = x86_space(example_tasks()["fused_dense_add_relu"])
+    from tlmpack.schedule.records import Decision
+
+    first = neighbours(space, rules.sketch, tuple(Decision.from_json(d) for d in rules.decisions), 2, seed=1)
+    common = record_common(1, 0)
+    fast, slow = [[d.to_json() for d in e] for e in first]
+    store.writer("x86", "test").append([
+        make_record(common, key, "fused_dense_add_relu", "tiny-x86", rules.sketch, fast, {"chosen_by": "search"},
+                    {"valid": True, "min_us": 1.0, "median_us": 1.0}),
+        make_record(common, key, "fused_dense_add_relu", "tiny-x86", rules.sketch, slow, {"chosen_by": "search"},
+                    {"valid": True, "min_us": 9.0, "median_us": 9.0})])
+    found = propose(store, "x86", [key], samples=0, neighbours=50, neighbours_of="best", heuristic=False,
+                    say=lambda _m: None)[key]
+    edits = [c for c in found if c.rule == "neighbour"]
+    assert edits
+    start = [tuple(v) if isinstance(v, list) else v for _, v in fast]
+    for c in edits:  # one step from the fast program, never a point measured already
+        values = [tuple(v) if isinstance(v, list) else v for _, v in c.decisions]
+        assert sum(a != b for a, b in zip(values, start, strict=True)) == 1
+        assert c.decisions not in (fast, slow)

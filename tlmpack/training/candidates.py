@@ -45,7 +45,7 @@ def _task_hardware(target: str, threads: int):
 def propose(store: Store, target: str, keys: list[str], samples: int, threads: int = 1, seed: int = 0,
             weights: str | None = None, stored_best: int = 0, heuristic: bool = True,
             say: Callable[[str], None] = print, versus: dict[str, str] | None = None,
-            built: bool = False, neighbours: int = 0) -> dict[str, list[Candidate]]:
+            built: bool = False, neighbours: int = 0, neighbours_of: str = "rules") -> dict[str, list[Candidate]]:
     """Per task: the TLM's greedy point and up to ``samples`` top-k samples (seeded), the rules'
     point, the ``stored_best`` fastest stored programs of this hardware (to re-measure), and the
     greedy point of each other model of ``versus`` (name -> weights; rule ``greedy:<name>``, even
@@ -53,7 +53,9 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
     point a ``--scheduler tlm`` build takes with the main weights (its floor, anchor and hardware
     checks applied, the rules where it falls back), as ``greedy:built``. ``neighbours``: up to that many
     legal one-step edits of the rules' point (training/neighbours.py; ``chosen_by: search``, rule
-    ``neighbour``), a local search around it."""
+    ``neighbour``), a local search around it; ``neighbours_of="best"``: around the task's fastest program
+    measured on this hardware instead (x86; one more step of a hill climb), leaving out points measured here."""
+    from ..schedule.records import Decision
     from ..schedule.select import SelectOptions, hint_for, schedule_with_rules, tlm_build_point
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
@@ -61,11 +63,15 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
     from .corpus import load_func
     from .dataset import task_info
     from .neighbours import neighbours as edits_of
+    from .x86_build import _point_key
 
     tlm = load_file(Path(weights) if weights else weights_path(target), target)
     others = {name: load_file(Path(path), target) for name, path in (versus or {}).items()}
     tvm_target, hardware = _task_hardware(target, threads)
     best = _stored_best(store, target, set(keys), threads, stored_best) if stored_best else {}
+    if neighbours_of not in ("rules", "best"):
+        raise ValueError(f"neighbours_of is rules or best, not {neighbours_of!r}")
+    climb = _here(store, set(keys), threads) if neighbours and neighbours_of == "best" else {}
     out: dict[str, list[Candidate]] = {}
     for i, key in enumerate(keys, 1):
         task = store.task(key)
@@ -100,14 +106,39 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
             if choice is not None:  # even when the TLM chose the same point: then both rows show it
                 found.append(Candidate(choice.sketch, [x.to_json() for x in choice.decisions], "heuristic",
                                        choice.rule))
-                for edited in edits_of(space, choice.sketch, choice.decisions, neighbours, seed):
-                    add(Candidate(choice.sketch, [x.to_json() for x in edited], "search", "neighbour"))
+                if neighbours_of == "rules":
+                    for edited in edits_of(space, choice.sketch, choice.decisions, neighbours, seed):
+                        add(Candidate(choice.sketch, [x.to_json() for x in edited], "search", "neighbour"))
+        if key in climb:
+            start, measured = climb[key]
+            for edited in edits_of(space, start["sketch"], tuple(Decision.from_json(d) for d in start["decisions"]),
+                                   neighbours, seed, skip=lambda e, s=start["sketch"], m=measured:
+                                   _point_key(s, [x.to_json() for x in e]) in m):
+                add(Candidate(start["sketch"], [x.to_json() for x in edited], "search", "neighbour"))
         for r in best.get(key, []):
             add(Candidate(r["sketch"], r["decisions"], r.get("chosen_by") or "random", "re-measured"))
         out[key] = found
         if i % 10 == 0 or i == len(keys):
             say(f"[{i}/{len(keys)}] candidates proposed ({sum(len(v) for v in out.values())} programs)")
     return out
+
+
+def _here(store: Store, keys: set[str], threads: int) -> dict[str, tuple[dict, set]]:
+    """Per task, the fastest valid x86 program measured on this machine's hardware at ``threads``
+    cores, and every point measured there (the start and the points to leave out of a hill climb)."""
+    from .collect import record_common
+    from .x86_build import _point_key
+
+    hardware = record_common(threads, 0)["hardware"]
+    out: dict[str, tuple[dict, set]] = {}
+    for r in store.records("x86", as_built=True):
+        if r["task"] not in keys or r["hardware"] != hardware or r.get("timer") != "runtime_c":
+            continue
+        best, measured = out.setdefault(r["task"], (r, set()))
+        measured.add(_point_key(r["sketch"], r["decisions"]))
+        if r.get("valid") and (not best.get("valid") or latency(r) < latency(best)):
+            out[r["task"]] = (r, measured)
+    return {k: v for k, v in out.items() if v[0].get("valid")}
 
 
 def _stored_best(store: Store, target: str, keys: set[str], threads: int, k: int) -> dict[str, list[dict]]:

@@ -288,13 +288,16 @@ def _keys(store, target: str, tasks: str) -> list[str]:
               "hardware checks; the rules where it falls back): row versus_us.built.")
 @click.option("--neighbours", default=0, show_default=True,
               help="Also up to this many one-step edits of the rules' pick per task (a local search; chosen_by: search).")
+@click.option("--neighbours-of", type=click.Choice(["rules", "best"]), default="rules", show_default=True,
+              help="x86: edit the rules' pick, or the task's fastest program measured on this hardware (a hill "
+              "climb's next step, leaving out points measured here).")
 @click.option("--report", "report_path", default=None, help="x86: write the comparison (JSON) here.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--pause-niced", is_flag=True, help="x86: pause this user's lower-priority processes while timing.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 def measure(target: str, tasks: str, samples: int, random_per_task: int, stored_best: int, threads: int, limit: int,
             out_dir: str | None, prefix: str, weights: str | None, versus: tuple[str, ...], built: bool,
-            neighbours: int, report_path: str | None, seed: int, pause_niced: bool, data_dir: str | None) -> None:
+            neighbours: int, neighbours_of: str, report_path: str | None, seed: int, pause_niced: bool, data_dir: str | None) -> None:
     """Measure, side by side, the TLM's greedy pick and samples, the rules' pick and its neighbours, the stored
     best and fresh random programs of TASKS; records go to the store (chosen_by: tlm | heuristic | search | random).
     x86 runs here; cuda writes a batch for bench/gpu_measure_programs.py (then `tlm import-cuda`)."""
@@ -310,7 +313,8 @@ def measure(target: str, tasks: str, samples: int, random_per_task: int, stored_
     if any("=" not in v for v in versus):
         raise click.BadParameter("give NAME=WEIGHTS", param_hint="--versus")
     found = propose(store, target, keys, samples, threads, seed, weights, stored_best, say=say,
-                    versus=dict(v.split("=", 1) for v in versus), built=built, neighbours=neighbours)
+                    versus=dict(v.split("=", 1) for v in versus), built=built, neighbours=neighbours,
+                    neighbours_of=neighbours_of)
     if target == "cuda":
         if not out_dir:
             raise click.UsageError("--target cuda writes a batch for the GPU machine: give --out DIR")

@@ -16,7 +16,7 @@ Each edit is replayed on the space; edits the postprocessors refuse are dropped,
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..schedule.records import Decision
 from ..schedule.space import DesignSpace, SamplingSite, fixed_decider, legal_values
@@ -69,11 +69,12 @@ def _edits(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...]) -> 
 
 
 def neighbours(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...], count: int,
-               seed: int = 0) -> list[tuple[Decision, ...]]:
-    """Up to ``count`` legal points of ``sketch`` one step from ``decisions``, a seeded choice among all steps."""
+               seed: int = 0, skip: Callable[[tuple[Decision, ...]], bool] | None = None) -> list[tuple[Decision, ...]]:
+    """Up to ``count`` legal points of ``sketch`` one step from ``decisions``, a seeded choice among all
+    steps; ``skip`` leaves out the points it is true for (e.g. those measured already)."""
     if count <= 0:
         return []
-    edits = list(_edits(space, sketch, decisions))
+    edits = [e for e in _edits(space, sketch, decisions) if skip is None or not skip(e)]
     random.Random(seed).shuffle(edits)
     found: list[tuple[Decision, ...]] = []
     for edited in edits:
