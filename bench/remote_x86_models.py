@@ -19,7 +19,8 @@ engine's latency at the most threads over its latency at the fewest (scaling).
 (the pool's tasks per thread of a parallel loop) and names the engine VARIANT/kK: the same kernels
 with their loops split finer or coarser, in the same interleaved pass. K = 0 loads it as it is, so the
 plan's step work splits its long convolutions (runtime_c/tlmrt_plan.h): engine VARIANT/steps; any
-K >= 1 switches that off and gives every launch K tasks a thread.
+K >= 1 switches that off and gives every launch K tasks a thread. A K named twice (``0 1 0``) times
+a second copy of the same engine (VARIANT/steps#2), the A/A control.
 """
 
 from __future__ import annotations
@@ -90,10 +91,17 @@ def load_with_tasks(folder: Path, threads: int, tasks_per_thread: int | None):
 
 
 def engines(variants: list[str], tasks: list[int] | None) -> list[tuple[str, str, int | None]]:
-    """(engine name, variant, tasks per thread) for every engine timed."""
+    """(engine name, variant, tasks per thread) for every engine timed. A K given twice loads a
+    second copy (VARIANT/kK#2): the A/A control for the ratio between two K."""
     if not tasks:
         return [(v, v, None) for v in variants]
-    return [(f"{v}/k{k}" if k else f"{v}/steps", v, k) for v in variants for k in tasks]
+    out: list[tuple[str, str, int | None]] = []
+    for v in variants:
+        for k in tasks:
+            name = f"{v}/k{k}" if k else f"{v}/steps"
+            copies = sum(1 for _, variant, kk in out if (variant, kk) == (v, k))
+            out.append((f"{name}#{copies + 1}" if copies else name, v, k))
+    return out
 
 
 def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, threads: list[int],

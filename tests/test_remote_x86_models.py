@@ -39,3 +39,8 @@ def test_tasks_per_thread_zero_is_the_artifact_as_built_and_others_switch_step_w
     assert remote.engines(["auto"], [0, 1, 8]) == [("auto/steps", "auto", 0), ("auto/k1", "auto", 1),
                                                   ("auto/k8", "auto", 8)]
     assert remote.engines(["auto"], None) == [("auto", "auto", None)]
+
+
+def test_a_tasks_per_thread_named_twice_times_a_second_copy_as_the_control(remote):
+    assert remote.engines(["auto"], [0, 1, 0]) == [("auto/steps", "auto", 0), ("auto/k1", "auto", 1),
+                                                  ("auto/steps#2", "auto", 0)]

@@ -403,11 +403,11 @@ def test_a_failed_check_sends_an_anchored_model_to_the_rules_and_never_refuses_t
     func, space = spaces["fused_dense_add_relu"]
     info = describe_task(func, "fused_dense_add_relu")
     hint = rules_hint(func, x86_target(num_cores=2).tvm_target(), "x86", HARDWARE)
-    never = PointCheck("test", lambda d: False, lambda d: "refused by the test")
+    never = PointCheck(lambda d: False, lambda d: "refused by the test")
     decoded = decode_space(anchored, space, HARDWARE, info, hint=hint)
-    assert _first_that_fits(anchored, space, HARDWARE, info, decoded, never, hint) == (decoded[0], "")  # the rules' point
+    assert _first_that_fits(decoded, never, hint) == (decoded[0], "")  # the rules' point
     other = dataclasses.replace(decoded[0], sketch=decoded[0].sketch + 1)
-    assert _first_that_fits(anchored, space, HARDWARE, info, [other], never, hint) == (None, "refused by the test")
+    assert _first_that_fits([other], never, hint) == (None, "refused by the test")
 
 
 def test_tlm_hints_writes_the_rules_point_of_each_recorded_task_and_hardware(tmp_path):

@@ -70,7 +70,7 @@ def test_a_build_takes_a_tlm_point_only_inside_the_bounds():
     for name, spatial in GPT2_TASKS:
         choice, why, _ = _choose(name)
         if choice is None:
-            assert why.startswith(("register tile of", "confidence")), why
+            assert why.startswith(("register tile", "vectorized loop", "confidence")), why
         else:
             vectors = register_tile_vectors(spatial, choice.decisions, AVX2.lanes(32))
             assert vectors is not None and low <= vectors <= high, (name, choice.decisions)
@@ -94,23 +94,55 @@ def test_the_shipped_model_needs_the_check_on_gpt2(monkeypatch):
     assert sorted(outside) == [("fused_matmul5_add4", 1), ("fused_matmul_add2", 16)]
 
 
-def test_the_first_point_in_bounds_wins_else_the_reason():
+def test_a_greedy_point_out_of_bounds_goes_to_the_rules_not_to_the_samples():
     from tlmpack.schedule.select import PointCheck, _first_that_fits
 
     class Point:
         def __init__(self, size):
             self.size = size
 
-    from types import SimpleNamespace
-
-    check = PointCheck("size", lambda d: d.size >= 2, lambda d: f"size {d.size} under 2")
+    check = PointCheck(lambda d: d.size >= 2, lambda d: f"size {d.size} under 2")
     points = [Point(1), Point(3), Point(5)]
-    tlm = SimpleNamespace(summary=SimpleNamespace(anchor_margin=0.0))
-    assert _first_that_fits(tlm, None, None, None, points, check) == (points[1], "")
-    assert _first_that_fits(tlm, None, None, None, points, None) == (points[0], "")
-    assert _first_that_fits(tlm, None, None, None, [Point(1), Point(0)], check) == (None, "size 1 under 2")
-    anchored = SimpleNamespace(summary=SimpleNamespace(anchor_margin=8.0))  # to the rules, not to the samples
-    assert _first_that_fits(anchored, None, None, None, points, check) == (None, "size 1 under 2")
+    assert _first_that_fits(points, check) == (None, "size 1 under 2")  # never points[1]
+    assert _first_that_fits(points[1:], check) == (points[1], "")
+    assert _first_that_fits(points, None) == (points[0], "")
+
+
+def test_the_vectorized_loop_fills_half_the_widest_vector_its_extent_allows():
+    from tlmpack.schedule.x86_registers import innermost_lanes, lane_floor
+
+    assert lane_floor(2048, 16) == 8
+    assert lane_floor(20, 16) == 5  # widest: 10 lanes
+    assert lane_floor(7, 16) == 4
+    assert lane_floor(2048, 8) == 4
+    assert lane_floor(1, 16) == 1
+    # a held-out 1x1 convolution (7 x 7 x 2048) as the TLM chose it: 1 lane; the rules' 32
+    tlm = _tiles((1, 1, 1, 1), (7, 1, 1, 1), (1, 1, 1, 7), (16, 1, 128, 1), (1, 1), (1, 1), (16, 32))
+    rules = _tiles((1, 1, 1, 1), (1, 7, 1, 1), (1, 1, 1, 7), (64, 1, 1, 32), (1, 1), (1, 1), (64, 8))
+    assert innermost_lanes((1, 7, 7, 2048), tlm) == 1
+    assert innermost_lanes((1, 7, 7, 2048), rules) == 32
+    assert innermost_lanes((1, 7, 7, 2048), _tiles((1, 1, 1, 1), (2048, 1))) is None
+
+
+def test_a_point_under_the_lane_floor_is_refused_with_the_reason():
+    from tvm import te
+
+    from tlmpack.schedule.select import _register_check
+
+    data = te.placeholder((1, 1, 1, 20), name="x")
+    weight = te.placeholder((20, 16), name="w")
+    k = te.reduce_axis((0, 16), name="k")
+    out = te.compute((1, 1, 1, 20), lambda n, h, w, c: te.sum(data[n, h, w, k] * weight[c, k], axis=k), name="y")
+    check = _register_check(te.create_prim_func([data, weight, out]), AVX512)
+    assert check is not None
+
+    class Point:
+        def __init__(self, inner):
+            self.decisions = _tiles((1, 1, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1), (20 // inner, 1, 1, inner), (2, 8))
+
+    assert check.fits(Point(10)) and check.fits(Point(5))
+    assert not check.fits(Point(1))
+    assert check.why_not(Point(1)) == "vectorized loop of 1 lanes, under 5 of 16"
 
 
 def test_a_row_of_more_than_two_vectors_is_refused():

@@ -49,6 +49,23 @@ def row_vectors(spatial: tuple[int, ...], decisions: tuple[Decision, ...], lanes
     return None if tiles is None else math.ceil(tiles[-1][3] / lanes)
 
 
+def innermost_lanes(spatial: tuple[int, ...], decisions: tuple[Decision, ...]) -> int | None:
+    """The innermost factor of the last spatial loop (the loop LLVM vectorizes), or None for
+    another sketch shape."""
+    tiles = _innermost_tiles(spatial, decisions)
+    return None if tiles is None else tiles[-1][3]
+
+
+def lane_floor(extent: int, lanes: int) -> int:
+    """The fewest lanes a point's vectorized loop may fill: half of the widest vector the loop's
+    extent divides into (a 20-channel loop on 16 lanes: 10, so at least 5). Under it the kernel runs
+    mostly scalar: the TLM's 1-lane picks for two held-out 1x1 convolutions on AVX-512 ran 8.8x and
+    12x slower than the rules' (BENCHMARKS.md, 2026-12-03)."""
+    from .heuristics.x86_matmul import largest_divisor_at_most
+
+    return (largest_divisor_at_most(extent, lanes) + 1) // 2
+
+
 def register_tile_bounds(hardware: Any, spatial: tuple[int, ...] = ()) -> tuple[int, int]:
     """(fewest, most) accumulator vectors: half the rules' budget, and the register file less
     the operands (AVX2: 4..14 of 16 ymm; AVX-512: 8..30 of 32 zmm). A task with fewer rows than
