@@ -76,3 +76,52 @@ def register_tile_bounds(hardware: Any, spatial: tuple[int, ...] = ()) -> tuple[
     if spatial and math.prod(spatial[:-1]) < fewest:
         fewest = 1
     return fewest, hardware.vector_registers - OPERAND_REGISTERS
+
+
+class RegisterTileFilter:
+    """The register check as a mask on the TLM decoder's spatial tile sites (x86 matmul-like tasks):
+    each value kept can still end in a point whose register tile keeps register_tile_bounds, at most
+    MAX_ROW_VECTORS vectors a row, and a vectorized loop of at least lane_floor lanes. So the greedy
+    point is the model's most likely point inside the bounds, not a point the build refuses for the
+    rules'. Like cuda_footprint.PointFilter: one per replay, keeps every value when none would be
+    left, and stops guiding where the sketch's tiles are not one 4-way tile per spatial loop."""
+
+    def __init__(self, hardware: Any, spatial: tuple[int, ...]) -> None:
+        self.spatial, self.lanes = spatial, hardware.lanes(32)
+        self.low, self.high = register_tile_bounds(hardware, spatial)
+        self.floor = lane_floor(spatial[-1], self.lanes) if spatial else 1
+        self.axis, self.inner = 0, 1  # spatial loops chosen so far, product of their innermost factors
+        self.active = bool(spatial)
+
+    def _row_vectors_possible(self) -> list[int]:
+        """Vectors a row the last loop can give: its divisors filling the lane floor, within the cap."""
+        extent = self.spatial[-1]
+        rows = {math.ceil(d / self.lanes) for d in range(self.floor, extent + 1) if extent % d == 0}
+        return sorted(r for r in rows if r <= MAX_ROW_VECTORS)
+
+    def _can_finish(self, value: tuple[int, ...]) -> bool:
+        if self.axis == len(self.spatial) - 1:
+            per_row = math.ceil(value[3] / self.lanes)
+            return (value[3] >= self.floor and per_row <= MAX_ROW_VECTORS
+                    and self.low <= per_row * self.inner <= self.high)
+        rows = self._row_vectors_possible()
+        if not rows:
+            return True
+        inner = self.inner * value[3]
+        later = math.prod(self.spatial[self.axis + 1:-1])
+        return rows[0] * inner <= self.high and rows[-1] * inner * later >= self.low
+
+    def keep(self, site: Any, values: list) -> list:
+        """The values of ``site`` (its legal values) that can still end inside the bounds."""
+        if not self.active or site.kind != "tile" or site.parts != 4:
+            return values
+        if self.axis >= len(self.spatial) or site.extent != self.spatial[self.axis]:
+            self.active = False  # not this task's spatial loops in order: leave it to the check
+            return values
+        return [v for v in values if self._can_finish(v)] or values
+
+    def chosen(self, site: Any, value: Any) -> None:
+        """Records the value taken at ``site`` (call after every keep)."""
+        if self.active and site.kind == "tile" and site.parts == 4:
+            self.inner *= value[3]
+            self.axis += 1
