@@ -166,19 +166,13 @@ def prompt_ids(sentence_head: Sentence) -> list[int]:
     return [TOKEN_ID[t] for t in toks[: last + 1]]
 
 
-def _point_filter(hardware, footprint, spatial: tuple[int, ...] | None):
-    """The hardware's conditions as a mask on the decoder's values. CUDA: VerifyGPUCode's thread and
-    shared-memory conditions (schedule.cuda_footprint); x86 matmul-like tasks (``spatial``, their
-    spatial extents): the register tile's bounds (schedule.x86_registers)."""
-    if getattr(hardware, "sm_count", 0):
-        from ..schedule.cuda_footprint import PointFilter
+def _point_filter(hardware, footprint):
+    """CUDA: VerifyGPUCode's thread and shared-memory conditions as a mask (schedule.cuda_footprint)."""
+    if not getattr(hardware, "sm_count", 0):
+        return _NoFilter()
+    from ..schedule.cuda_footprint import PointFilter
 
-        return PointFilter(footprint, hardware.max_shared_memory_per_block)
-    if spatial:
-        from ..schedule.x86_registers import RegisterTileFilter
-
-        return RegisterTileFilter(hardware, spatial)
-    return _NoFilter()
+    return PointFilter(footprint, hardware.max_shared_memory_per_block)
 
 
 class _NoFilter:
@@ -209,16 +203,11 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
                   max_sketch_tries: int, hint: Hint | None) -> list[Decoded]:
     from ..schedule.space import legal_values
 
-    footprint = spatial = None
+    footprint = None
     if getattr(hardware, "sm_count", 0):
         from ..schedule.cuda_footprint import SharedFootprint
 
         footprint = SharedFootprint.of(space.mod["main"])
-    else:
-        from ..schedule.heuristics.classify import classify
-
-        task_class = classify(space.mod["main"])
-        spatial = tuple(task_class.spatial) if task_class.kind == "matmul" else None
     guided = tlm.summary.guided
     head = Sentence(hardware, task, 0, (), hint if guided else None)
     prompt = prompt_ids(head)
@@ -237,13 +226,13 @@ def _decode_space(tlm: LoadedTLM, space, hardware, task: TaskInfo, samples: int,
                 break
             sketch = chooser.choose(sketches, "sketch", anchor.sketch if anchor else None)
             session.push(TOKEN_ID["[SEP]"])
-            mask = _point_filter(hardware, footprint, spatial)
+            cuda = _point_filter(hardware, footprint)
             rules = _RulesCursor(anchor if anchor and sketch == anchor.sketch else None)
 
-            def decide(site, _sampled, chooser=chooser, session=session, mask=mask, rules=rules):
+            def decide(site, _sampled, chooser=chooser, session=session, cuda=cuda, rules=rules):
                 session.push(MARKER[site.kind])
-                value = chooser.choose(mask.keep(site, legal_values(site)), site.kind, rules.value(site.kind))
-                mask.chosen(site, value)
+                value = chooser.choose(cuda.keep(site, legal_values(site)), site.kind, rules.value(site.kind))
+                cuda.chosen(site, value)
                 return value
 
             try:
