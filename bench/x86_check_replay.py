@@ -2,7 +2,7 @@
 """What the build's x86 register check makes of the TLM's greedy picks already measured: per stored
 `tlmpack tlm measure` pass, the greedy pick over the rules' pick of the same pass (geometric mean over
 its matmul-like tasks), raw, with the register check of 2026-12-02 (accumulator bounds and row cap),
-and with that plus the lane floor (schedule/x86_registers.lane_floor). A pick the check refuses counts
+and with that plus the vector-fill rule (schedule/x86_registers.vector_fill_problem). A pick the check refuses counts
 as the rules' (the build's fallback), so each column is what a build would have run.
 
     python bench/x86_check_replay.py [RUN.jsonl.gz ...] [--json OUT]
@@ -27,17 +27,17 @@ from tlmpack.schedule.records import Decision  # noqa: E402
 from tlmpack.schedule.x86_registers import (  # noqa: E402
     MAX_ROW_VECTORS,
     innermost_lanes,
-    lane_floor,
     register_tile_bounds,
     register_tile_vectors,
     row_vectors,
+    vector_fill_problem,
 )
 from tlmpack.training.dataset import hardware_of, latency  # noqa: E402
 from tlmpack.training.store import Store  # noqa: E402
 
 
 def passes_checks(spatial: tuple[int, ...], record: dict) -> tuple[bool, bool]:
-    """(passes the accumulator bounds and row cap, also fills the lane floor) for one measured point."""
+    """(passes the accumulator bounds and row cap, also the vector-fill rule) for one measured point."""
     hardware = hardware_of(record)
     lanes = hardware.lanes(32)
     decisions = tuple(Decision.from_json(d) for d in record["decisions"])
@@ -46,7 +46,7 @@ def passes_checks(spatial: tuple[int, ...], record: dict) -> tuple[bool, bool]:
         return True, True
     low, high = register_tile_bounds(hardware, spatial)
     bounded = low <= vectors <= high and (row_vectors(spatial, decisions, lanes) or 0) <= MAX_ROW_VECTORS
-    return bounded, bounded and (innermost_lanes(spatial, decisions) or 0) >= lane_floor(spatial[-1], lanes)
+    return bounded, bounded and not vector_fill_problem(innermost_lanes(spatial, decisions) or 0, spatial[-1], lanes)
 
 
 def _picks(path: Path) -> dict[str, dict[str, dict]]:
@@ -64,7 +64,7 @@ def _picks(path: Path) -> dict[str, dict[str, dict]]:
 
 
 def replay(path: Path, store: Store) -> dict | None:
-    logs: dict[str, list[float]] = {"greedy": [], "checked": [], "checked_lane_floor": []}
+    logs: dict[str, list[float]] = {"greedy": [], "checked": [], "checked_vector_fill": []}
     hosts = set()
     for key, pair in _picks(path).items():
         task = store.task(key)
@@ -74,7 +74,7 @@ def replay(path: Path, store: Store) -> dict | None:
         bounded, filled = passes_checks(tuple(task["spatial"]), pair["greedy"])
         logs["greedy"].append(gain)
         logs["checked"].append(gain if bounded else 0.0)
-        logs["checked_lane_floor"].append(gain if filled else 0.0)
+        logs["checked_vector_fill"].append(gain if filled else 0.0)
         hosts.add(pair["greedy"]["hardware"].get("llvm_cpu"))
     if len(logs["greedy"]) < 3:
         return None
@@ -90,11 +90,11 @@ def main() -> int:
     store = Store(ROOT / "data")
     runs = args.runs or sorted((ROOT / "data" / "records" / "x86").glob("*.jsonl.gz"))
     rows = [row for path in runs if (row := replay(path, store))]
-    print("| pass | host | tasks | greedy / rules | checked | checked + lane floor |")
+    print("| pass | host | tasks | greedy / rules | checked | checked + vector fill |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['run']} | {r['host']} | {r['tasks']} | {r['greedy']:.3f} | {r['checked']:.3f} "
-              f"| {r['checked_lane_floor']:.3f} |")
+              f"| {r['checked_vector_fill']:.3f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -1,5 +1,5 @@
 """bench/x86_check_replay.py: a stored pass's greedy picks as a build would run them, through the
-register check and the lane floor (a refused pick counts as the rules')."""
+register check and the vector-fill rule (a refused pick counts as the rules')."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _se(inner_c: list) -> list:
     return [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], inner_c, [1, 1], [1, 1], [60, 8]]
 
 
-def test_the_lane_floor_refuses_what_the_accumulator_bounds_let_through():
+def test_the_vector_fill_rule_refuses_what_the_accumulator_bounds_let_through():
     m = _module()
     from tlmpack.training.store import Store
 
@@ -47,7 +47,7 @@ def test_the_lane_floor_refuses_what_the_accumulator_bounds_let_through():
     assert m.passes_checks(conv, _record(TASK, _conv([64, 1, 1, 32]), 1.0)) == (True, True)  # the rules'
     # 1 lane x 7 rows: 7 vectors, under AVX-512's 8 as well
     assert m.passes_checks(conv, _record(TASK, _conv([16, 1, 128, 1]), 1.0)) == (False, False)
-    # one row: no lower bound, so only the lane floor (5 of 20 channels' widest 10) refuses 2 lanes
+    # one row: no lower bound, so only the vector-fill rule (5 of 20 channels' widest 10) refuses 2 lanes
     assert m.passes_checks(se, _record(SE_TASK, _se([2, 1, 1, 10]), 1.0)) == (True, True)
     assert m.passes_checks(se, _record(SE_TASK, _se([1, 2, 5, 2]), 1.0)) == (True, False)
 
@@ -75,4 +75,4 @@ def test_a_pass_counts_a_refused_pick_as_the_rules(tmp_path):
     assert row["tasks"] == 3
     assert row["greedy"] == round((1 / 8 * 1 / 4 * 1) ** (1 / 3), 3)
     assert row["checked"] == round((1 * 1 / 4 * 1) ** (1 / 3), 3)
-    assert row["checked_lane_floor"] == 1.0
+    assert row["checked_vector_fill"] == 1.0

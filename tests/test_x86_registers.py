@@ -108,14 +108,17 @@ def test_a_greedy_point_out_of_bounds_goes_to_the_rules_not_to_the_samples():
     assert _first_that_fits(points, None) == (points[0], "")
 
 
-def test_the_vectorized_loop_fills_half_the_widest_vector_its_extent_allows():
-    from tlmpack.schedule.x86_registers import innermost_lanes, lane_floor
+def test_the_vectorized_loop_is_whole_vectors_or_half_the_widest_its_extent_allows():
+    from tlmpack.schedule.x86_registers import innermost_lanes, vector_fill_problem
 
-    assert lane_floor(2048, 16) == 8
-    assert lane_floor(20, 16) == 5  # widest: 10 lanes
-    assert lane_floor(7, 16) == 4
-    assert lane_floor(2048, 8) == 4
-    assert lane_floor(1, 16) == 1
+    assert vector_fill_problem(32, 2048, 16) == vector_fill_problem(16, 2048, 16) == ""
+    assert vector_fill_problem(24, 576, 16) == "vectorized loop of 24 lanes, not whole 16-lane vectors"
+    assert vector_fill_problem(8, 256, 16) == "vectorized loop of 8 lanes, not whole 16-lane vectors"
+    assert vector_fill_problem(8, 256, 8) == ""
+    assert vector_fill_problem(10, 20, 16) == vector_fill_problem(5, 20, 16) == ""  # widest: 10 lanes
+    assert vector_fill_problem(2, 20, 16) == "vectorized loop of 2 lanes, under 5 of 16"
+    assert vector_fill_problem(4, 7, 16) == "" and vector_fill_problem(1, 7, 16) != ""
+    assert vector_fill_problem(1, 1, 16) == ""
     # a held-out 1x1 convolution (7 x 7 x 2048) as the TLM chose it: 1 lane; the rules' 32
     tlm = _tiles((1, 1, 1, 1), (7, 1, 1, 1), (1, 1, 1, 7), (16, 1, 128, 1), (1, 1), (1, 1), (16, 32))
     rules = _tiles((1, 1, 1, 1), (1, 7, 1, 1), (1, 1, 1, 7), (64, 1, 1, 32), (1, 1), (1, 1), (64, 8))
@@ -124,7 +127,7 @@ def test_the_vectorized_loop_fills_half_the_widest_vector_its_extent_allows():
     assert innermost_lanes((1, 7, 7, 2048), _tiles((1, 1, 1, 1), (2048, 1))) is None
 
 
-def test_a_point_under_the_lane_floor_is_refused_with_the_reason():
+def test_a_point_that_wastes_its_vectors_is_refused_with_the_reason():
     from tvm import te
 
     from tlmpack.schedule.select import _register_check

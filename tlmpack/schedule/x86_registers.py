@@ -56,14 +56,20 @@ def innermost_lanes(spatial: tuple[int, ...], decisions: tuple[Decision, ...]) -
     return None if tiles is None else tiles[-1][3]
 
 
-def lane_floor(extent: int, lanes: int) -> int:
-    """The fewest lanes a point's vectorized loop may fill: half of the widest vector the loop's
-    extent divides into (a 20-channel loop on 16 lanes: 10, so at least 5). Under it the kernel runs
-    mostly scalar: the TLM's 1-lane picks for two held-out 1x1 convolutions on AVX-512 ran 8.8x and
-    12x slower than the rules' (BENCHMARKS.md, 2026-12-03)."""
+def vector_fill_problem(inner: int, extent: int, lanes: int) -> str:
+    """Why a point's vectorized loop (``inner`` of a last spatial loop of ``extent``) wastes its
+    vectors, or "". Where the extent is a multiple of the lanes, the loop must be whole vectors (the
+    rules' always are): a 24- or 8-lane loop on 16 lanes runs a partial vector every iteration, and
+    the TLM's such picks for held-out channels-last convolutions ran 2.1-13x slower than the rules'.
+    Elsewhere it must fill half of the widest vector the extent divides into (20 channels on 16
+    lanes: 10, so at least 5): the TLM's 1-lane picks for two held-out 1x1 convolutions ran 8.8x and
+    12x slower (BENCHMARKS.md, 2026-12-03)."""
+    if extent % lanes == 0:
+        return "" if inner % lanes == 0 else f"vectorized loop of {inner} lanes, not whole {lanes}-lane vectors"
     from .heuristics.x86_matmul import largest_divisor_at_most
 
-    return (largest_divisor_at_most(extent, lanes) + 1) // 2
+    floor = (largest_divisor_at_most(extent, lanes) + 1) // 2
+    return "" if inner >= floor else f"vectorized loop of {inner} lanes, under {floor} of {lanes}"
 
 
 def register_tile_bounds(hardware: Any, spatial: tuple[int, ...] = ()) -> tuple[int, int]:
