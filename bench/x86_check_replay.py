@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """What the build's x86 register check makes of the TLM's greedy picks already measured: per stored
 `tlmpack tlm measure` pass, the greedy pick over the rules' pick of the same pass (geometric mean over
-its matmul-like tasks), raw, with the register check of 2026-12-02 (accumulator bounds and row cap),
-and with that plus the vector-fill rule (schedule/x86_registers.vector_fill_problem). A pick the check refuses counts
+its matmul-like tasks), raw, with the accumulator bounds and row cap only, and with the build's whole
+check (schedule/x86_registers.register_tile_problem: also the vector-fill rule). A pick the check refuses counts
 as the rules' (the build's fallback), so each column is what a build would have run.
 
     python bench/x86_check_replay.py [RUN.jsonl.gz ...] [--json OUT]
@@ -24,29 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tlmpack.schedule.records import Decision  # noqa: E402
-from tlmpack.schedule.x86_registers import (  # noqa: E402
-    MAX_ROW_VECTORS,
-    innermost_lanes,
-    register_tile_bounds,
-    register_tile_vectors,
-    row_vectors,
-    vector_fill_problem,
-)
+from tlmpack.schedule.x86_registers import register_tile_problem  # noqa: E402
 from tlmpack.training.dataset import hardware_of, latency  # noqa: E402
 from tlmpack.training.store import Store  # noqa: E402
 
 
 def passes_checks(spatial: tuple[int, ...], record: dict) -> tuple[bool, bool]:
-    """(passes the accumulator bounds and row cap, also the vector-fill rule) for one measured point."""
-    hardware = hardware_of(record)
-    lanes = hardware.lanes(32)
+    """(keeps the accumulator bounds and row cap, also the vector-fill rule: what a build takes) for
+    one measured point; register_tile_problem checks the vector fill last."""
     decisions = tuple(Decision.from_json(d) for d in record["decisions"])
-    vectors = register_tile_vectors(spatial, decisions, lanes)
-    if vectors is None:
-        return True, True
-    low, high = register_tile_bounds(hardware, spatial)
-    bounded = low <= vectors <= high and (row_vectors(spatial, decisions, lanes) or 0) <= MAX_ROW_VECTORS
-    return bounded, bounded and not vector_fill_problem(innermost_lanes(spatial, decisions) or 0, spatial[-1], lanes)
+    problem = register_tile_problem(hardware_of(record), spatial, decisions)
+    return not problem or problem.startswith("vectorized loop"), not problem
 
 
 def _picks(path: Path) -> dict[str, dict[str, dict]]:

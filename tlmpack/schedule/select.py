@@ -310,34 +310,17 @@ def _grid_check(space: DesignSpace, hardware: Any) -> PointCheck | None:
 
 
 def _register_check(func, hardware: Any) -> PointCheck | None:
-    """x86 matmul-like tasks: the register tile keeps x86_registers.register_tile_bounds, with at
-    most MAX_ROW_VECTORS vectors a row, and its vectorized loop keeps x86_registers.vector_fill_problem."""
+    """x86 matmul-like tasks: the point's register tile keeps x86_registers.register_tile_problem."""
     from .heuristics.classify import classify
-    from .x86_registers import (
-        MAX_ROW_VECTORS,
-        innermost_lanes,
-        register_tile_bounds,
-        register_tile_vectors,
-        row_vectors,
-        vector_fill_problem,
-    )
+    from .x86_registers import register_tile_problem
 
     task = classify(func)
     if task.kind != "matmul":
         return None
     spatial = tuple(task.spatial)
-    lanes = hardware.lanes(32)
-    low, high = register_tile_bounds(hardware, spatial)
 
     def why_not(d) -> str:
-        vectors = register_tile_vectors(spatial, d.decisions, lanes)
-        if vectors is None:
-            return ""
-        if not low <= vectors <= high:
-            return f"register tile of {vectors} accumulator vectors outside {low}..{high}"
-        if (per_row := row_vectors(spatial, d.decisions, lanes) or 0) > MAX_ROW_VECTORS:
-            return f"register tile rows of {per_row} vectors, over {MAX_ROW_VECTORS}"
-        return vector_fill_problem(innermost_lanes(spatial, d.decisions) or 0, spatial[-1], lanes)
+        return register_tile_problem(hardware, spatial, d.decisions)
 
     return PointCheck(lambda d: not why_not(d), why_not)
 

@@ -82,3 +82,21 @@ def register_tile_bounds(hardware: Any, spatial: tuple[int, ...] = ()) -> tuple[
     if spatial and math.prod(spatial[:-1]) < fewest:
         fewest = 1
     return fewest, hardware.vector_registers - OPERAND_REGISTERS
+
+
+def register_tile_problem(hardware: Any, spatial: tuple[int, ...], decisions: tuple[Decision, ...]) -> str:
+    """Why an x86 matmul-like point's register tile is out of bounds, or "" (also for another sketch
+    shape): the accumulator vectors keep register_tile_bounds, a row at most MAX_ROW_VECTORS, and the
+    vectorized loop keeps vector_fill_problem. What a build refuses a TLM point for. (One-row tasks
+    keep the row cap too: their kernels of 1-4 us time too noisily to say otherwise; the same 3-vector
+    point of a 1 x 240 matmul measured 0.29x and 1.05x the rules in two passes.)"""
+    lanes = hardware.lanes(32)
+    vectors = register_tile_vectors(spatial, decisions, lanes)
+    if vectors is None:
+        return ""
+    low, high = register_tile_bounds(hardware, spatial)
+    if not low <= vectors <= high:
+        return f"register tile of {vectors} accumulator vectors outside {low}..{high}"
+    if (per_row := row_vectors(spatial, decisions, lanes) or 0) > MAX_ROW_VECTORS:
+        return f"register tile rows of {per_row} vectors, over {MAX_ROW_VECTORS}"
+    return vector_fill_problem(innermost_lanes(spatial, decisions) or 0, spatial[-1], lanes)
