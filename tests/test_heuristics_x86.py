@@ -200,7 +200,7 @@ def test_a_convolution_with_few_macs_per_output_computes_its_tail_inside_the_til
     assert ("ReverseComputeAt" in DesignSpace(func, target).steps(choice.sketch)) == in_tile
 
 
-def test_a_depthwise_convolution_pads_inside_its_parallel_chunks_and_a_dense_one_apart(host):
+def test_a_depthwise_convolution_inlines_its_padding_and_a_dense_one_pads_apart(host):
     target, hardware = host
     from tlmpack.schedule.select import schedule_with_rules
 
@@ -209,8 +209,21 @@ def test_a_depthwise_convolution_pads_inside_its_parallel_chunks_and_a_dense_one
         (location,) = [d.value for d in choice.decisions if d.kind == "compute_location"]
         return location
 
-    assert pad_location(_nhwc_conv_relu6(64, 64, 3, groups=64)) >= 0  # under a loop
+    assert pad_location(_nhwc_conv_relu6(64, 64, 3, groups=64)) == -2  # inlined
     assert pad_location(_nhwc_conv_relu6(64, 64, 3)) == -1  # its own block at the root
+
+
+def test_a_rule_location_takes_the_first_legal_preference_else_the_nearest_outside():
+    from tlmpack.schedule.select import _location_or_outside
+    from tlmpack.schedule.space import SamplingSite
+
+    site = SamplingSite(0, "compute_location", candidates=(-1, 0, 1, 3))
+    inline_or_3 = _location_or_outside(lambda s, sampled: (-2, 3))
+    assert inline_or_3(site, 0) == 3  # inlining refused: the second choice
+    assert inline_or_3(SamplingSite(0, "compute_location", candidates=(-2, -1, 3)), 0) == -2
+    assert _location_or_outside(lambda s, sampled: (-2, 2))(site, 0) == 1  # 2 refused: the loop outside it
+    assert _location_or_outside(lambda s, sampled: 2)(site, 0) == 1
+    assert _location_or_outside(lambda s, sampled: (4, 8))(SamplingSite(0, "tile"), 0) == (4, 8)
 
 
 def test_a_dense_layer_on_many_cores_runs_column_tiles_outside_row_tiles():

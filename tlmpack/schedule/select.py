@@ -133,13 +133,20 @@ class RuleChoice:
 def _location_or_outside(decide):
     """A rule's compute location where TVM allows it, else the nearest legal loop outside it (the
     root at worst): what TVM would silently snap it to, but checked at replay and so recorded as
-    what runs."""
+    what runs. A rule may give several locations in order of preference (a tuple): the first TVM
+    allows, else the last one's nearest legal loop outside."""
     def wrapped(site: SamplingSite, sampled):
         value = decide(site, sampled)
-        if site.kind == "compute_location" and site.candidates and value not in site.candidates:
-            outside = [c for c in site.candidates if -1 <= c <= value]
-            value = max(outside) if outside else sampled
-        return value
+        if site.kind != "compute_location":
+            return value
+        preferred = value if isinstance(value, tuple) else (value,)
+        if not site.candidates:
+            return preferred[-1]
+        for location in preferred:
+            if location in site.candidates:
+                return location
+        outside = [c for c in site.candidates if -1 <= c <= preferred[-1]]
+        return max(outside) if outside else sampled
 
     return wrapped
 

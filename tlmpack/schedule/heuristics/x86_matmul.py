@@ -23,11 +23,12 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   no change);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
-- unroll 64 (0 is 2-3x slower, more gains nothing); a convolution's padding is never inlined
-  (a branch in the inner loop: 10x slower); a depthwise one's is computed under the outer tile
-  loops, inside each parallel chunk, where TVM allows that loop (MobileNetV2's 3x3 depthwise
-  convolutions on one thread: 56x56x96 390 -> 248 us, 28x28x144 127 -> 78 us against their own
-  block at the root), a dense one's stays its own block;
+- unroll 64 (0 is 2-3x slower, more gains nothing); a dense convolution's padding stays its own
+  block; a depthwise one's is inlined where TVM allows it, else computed under the outer tile
+  loops, inside each parallel chunk (MobileNetV2's 3x3 depthwise convolutions on one thread,
+  under the tile against their own block at the root: 56x56x96 390 -> 248 us, 28x28x144 127 ->
+  78 us; inlined against under the tile, 2 threads: its 10 depthwise kernels 1.27x faster,
+  EfficientNet-B0's 12 1.19x, every one faster or level);
 - an epilogue that broadcasts the result (squeeze-excite: sigmoid of a 1x1 conv's 480 values
   scales a 480x14x14 tensor) is computed inside the tile (the sketches with ReverseComputeAt):
   left at the root, the inlined sigmoid runs once per output element behind a fused, divided
@@ -203,13 +204,21 @@ def tail_in_tile(task: TaskClass) -> bool:
     return task.epilogue_growth >= 2 or (is_convolution(task) and macs_per_output(task) <= TAIL_IN_TILE_MAX_MACS)
 
 
-def producer_location(task: TaskClass) -> int:
-    """Where a producer of the main block (a convolution's padding) is computed: for a grouped
-    (depthwise) convolution, under the outermost tile level, so each parallel chunk pads just the
-    input rows and channels it reads while they are in cache (select.py takes the nearest legal
-    loop outside it when TVM refuses that one); else its own block (a dense convolution would pad
-    all its input channels again for every chunk of output channels)."""
-    return len(task.spatial) - 1 if task.block.startswith("group_conv") else -1
+INLINE = -2  # a compute location: the producer inlined into its consumer (schedule.space)
+
+
+def producer_location(task: TaskClass) -> tuple[int, ...]:
+    """Where a producer of the main block (a convolution's padding) is computed, in order of
+    preference (select.py takes the first TVM allows, or the nearest legal loop outside a loop it
+    refuses): for a grouped (depthwise) convolution inlined, else under the outermost tile level, so
+    each parallel chunk pads just the input rows and channels it reads while they are in cache; a
+    dense convolution's stays its own block (it would pad all its input channels again for every
+    chunk of output channels). Inlined, a channels-last depthwise convolution's padding ran
+    1.41-2.32x faster than under the tile (9 of 9 tasks, AVX-512, one thread; BENCHMARKS.md
+    2026-12-03 18:30)."""
+    if not task.block.startswith("group_conv"):
+        return (-1,)
+    return (INLINE, len(task.spatial) - 1)
 
 
 @register
