@@ -160,3 +160,34 @@ def test_x86_compile_failure_of_one_task_gives_it_the_fixed_rules_on_plain_weigh
     assert [(f.transform, f.scope) for f in fallbacks] == [("x86-schedule", bad)]
     assert bad not in scheduled.splits and (tmp_path / "k.o").stat().st_size > 0
     assert next(r for r in scheduled.records if r.task == bad).chosen_by not in ("heuristic", "tlm")
+
+
+def test_x86_task_whose_fixed_rules_fail_too_gets_the_unscheduled_loop_nest(monkeypatch, tmp_path):
+    """A TVM bug that trips the rules' schedule as well (an fp16 matmul on an AVX-512 target, where
+    the TLM had fallen back to the rules) must still build: the task gets TVM's plain loop nest."""
+    import tvm_ffi
+
+    from tlmpack.errors import LoweringError
+    from tlmpack.frontend import load_model
+    from tlmpack.graph import fuse_to_tir, partition
+    from tlmpack.graph_fallbacks import x86_kernels_with_fallback
+    from tlmpack.lower import x86 as lower_x86
+    from tlmpack.schedule.select import schedule_tasks
+
+    model = legacy_cnns.write("mobilenet_v1_clip", tmp_path / "m.onnx")
+    graph = partition(fuse_to_tir(load_model(str(model)).mod))
+    target = lower_x86.x86_target()
+    scheduled = schedule_tasks(graph, target.tvm_target(), "x86", "heuristic")
+    bad = next(iter(scheduled.splits))
+    real = lower_x86.build_kernels
+
+    def build_kernels(funcs, tgt, out):
+        if bad in funcs and not tvm_ffi.structural_equal(funcs[bad], graph.task_funcs[bad]):
+            raise LoweringError("TVM failed to build the x86 kernels: InternalError: Check failed: boom")
+        return real(funcs, tgt, out)
+
+    monkeypatch.setattr(lower_x86, "build_kernels", build_kernels)
+    fallbacks = x86_kernels_with_fallback(scheduled, graph, target, tmp_path / "k.o", 8, lambda s: None)
+    assert [(f.transform, f.scope) for f in fallbacks] == [("x86-schedule", bad)]
+    assert next(r for r in scheduled.records if r.task == bad).chosen_by == "unscheduled"
+    assert (tmp_path / "k.o").stat().st_size > 0

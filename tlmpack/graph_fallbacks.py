@@ -166,6 +166,16 @@ def cuda_kernels_with_fallback(funcs: dict, records: list, graph, cuda, out_dir,
     return build_kernels(funcs, cuda, out_dir, say), records, fallbacks
 
 
+def _x86_compiles(func, task_id: str, target, probe) -> bool:
+    from .lower.x86 import build_kernels
+
+    try:
+        build_kernels({task_id: func}, target, probe)
+        return True
+    except LoweringError:
+        return False
+
+
 def x86_kernels_with_fallback(scheduled, graph, target, out_object, vector_lanes: int,
                               say: Callable[[str], None]) -> list:
     """lower.x86.build_kernels, and when TVM fails to compile the chosen schedules, finds the tasks
@@ -200,6 +210,8 @@ def x86_kernels_with_fallback(scheduled, graph, target, out_object, vector_lanes
 
             plain = graph.task_funcs[task_id]
             fixed = fixed_schedule(plain, target.tvm_target(), vector_lanes)
+            if fixed is not None and not _x86_compiles(fixed[1], task_id, target, Path(tmp) / "probe.o"):
+                fixed = None  # the rules' schedule trips the same TVM bug (the TLM had fallen back to it)
             index = by_task[task_id]
             was = scheduled.records[index].chosen_by
             if fixed is not None:
