@@ -62,7 +62,8 @@ def test_bench_table_names_every_column_and_the_time_outside_kernels(fake_artifa
     assert result.exit_code == 0, result.output
     assert "median" in result.output and "p90" in result.output and "outside kernels" in result.output
     header = next(line for line in result.output.splitlines() if line.startswith("kernel "))
-    assert header.split() == ["kernel", "calls", "total", "ms", "mean", "us", "share", "chosen_by", "sketch", "flop/B"]
+    assert header.split() == ["kernel", "calls", "total", "ms", "mean", "us", "share", "GFLOP/s", "chosen_by", "sketch",
+                              "flop/B"]
 
 
 @needs_gcc
@@ -85,3 +86,20 @@ def test_bench_profile_of_a_built_model_joins_the_manifest_schedules(build_zoo_m
     prof = _bench_json(tar, "--profile", "--threads", "1")["profile"]
     assert prof["kernels"] and all(k["chosen_by"] in ("tlm", "heuristic", "search", "baseline") for k in prof["kernels"])
     assert all(k["sketch"] != "" for k in prof["kernels"])
+
+
+def test_built_model_manifest_counts_each_task_and_the_profile_shows_its_intensity_and_rate(build_zoo_model) -> None:
+    _, tar = build_zoo_model("mlp")
+    import tarfile
+
+    with tarfile.open(tar) as archive:
+        manifest = json.load(archive.extractfile("manifest.json"))
+    subs = {s["id"]: s for s in manifest["subgraphs"]}
+    matmuls = [s for s in subs.values() if "matmul" in s["name"]]
+    assert matmuls and all(s["flops"] > 0 and s["bytes"] > 0 for s in matmuls)
+    prof = _bench_json(tar, "--profile", "--threads", "1")["profile"]
+    rows = {k["task"]: k for k in prof["kernels"]}
+    for s in matmuls:
+        row = rows[s["id"]]
+        assert row["intensity"] == pytest.approx(s["flops"] / s["bytes"])
+        assert row["gflops"] == pytest.approx(s["flops"] / (row["mean_us"] * 1e3))

@@ -362,6 +362,7 @@ class TargetBuild:
     weights: bytes  # the constants its plans read
     per_plan: dict[int, dict]  # the manifest's batch_plans numbers of each plan (batched only)
     costs: dict[int, int]  # each plan's estimated cost (batched only)
+    flops: dict[str, int]  # task id → FLOPs of one call (TVM's estimate; the manifest's subgraphs)
 
 
 def _build_cuda(stage: Path, plans: Plans, cuda, say: Callable[[str], None], options: BuildOptions) -> TargetBuild:
@@ -403,13 +404,13 @@ def _build_cuda(stage: Path, plans: Plans, cuda, say: Callable[[str], None], opt
                               "arena_bytes": max(p.arena_bytes for p in rendered.values()),
                               "workspace_bytes": max(p.workspace_bytes for p in rendered.values())}
     per_plan, costs = {}, {}
+    flops = task_flops(union.task_funcs)
     if plans.batched:
-        flops = task_flops(union.task_funcs)
         work = {b: plan_work(graphs[b], flops, calls=p.num_launches) for b, p in rendered.items()}
         costs = plan_costs(work, "cuda")
         per_plan = {b: {"arena_bytes": p.arena_bytes, "launches": p.num_launches, "work": work[b].to_json()}
                     for b, p in rendered.items()}
-    return TargetBuild(entry, {r.task: r for r in records}, tlm, weights, per_plan, costs)
+    return TargetBuild(entry, {r.task: r for r in records}, tlm, weights, per_plan, costs, flops)
 
 
 def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None, say: Callable[[str], None],
@@ -471,7 +472,7 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
         per_plan = {b: {"arena_bytes": g.arena_bytes, "kernel_calls": len(g.calls), "layout_ops": plans.layout_ops[b],
                         "work": work[b].to_json()} for b, g in packed.items()}
     say(choose_summary(scheduled))
-    return TargetBuild(entry, {r.task: r for r in scheduled.records}, scheduled.tlm, weights, per_plan, costs)
+    return TargetBuild(entry, {r.task: r for r in scheduled.records}, scheduled.tlm, weights, per_plan, costs, flops)
 
 
 def _build(model: str, out: Path, options: BuildOptions, say: Callable[[str], None]) -> dict:
@@ -565,6 +566,7 @@ def _manifest(plans: Plans, options: BuildOptions, built: dict[str, TargetBuild]
                      "padded_matmuls": {"graph": graph.padded_matmuls} | (
                          {"x86": x86_union.padded_matmuls} if x86_union is not None else {})},
         }
-    manifest["subgraphs"] = subgraphs(plans.union, x86_union, {t: b.records for t, b in built.items()}, order)
+    flops = {t: b.flops for t, b in built.items()}
+    manifest["subgraphs"] = subgraphs(plans.union, x86_union, {t: b.records for t, b in built.items()}, order, flops)
     manifest["fallbacks"] = [f.to_json() for f in plans.fallbacks]
     return manifest

@@ -50,14 +50,22 @@ def link_cuda_plan(stage: Path, plan_c: str | list[str]) -> None:
     _run(cmd, build, "linking cuda/plan.so")
 
 
-def subgraphs(graph, x86_graph, records_by_target: dict, order: list[str]) -> list[dict]:
-    """Every task with its schedule on each target that runs it (the x86 graph may be its own)."""
+def subgraphs(graph, x86_graph, records_by_target: dict, order: list[str], flops_by_target: dict) -> list[dict]:
+    """Every task with its schedule on each target that runs it (the x86 graph may be its own), and
+    the FLOPs and bytes of one call (the arithmetic intensity `tlmpack bench --profile` shows)."""
+    from ..schedule.estimate import task_bytes
+
+    def entry(g, task, targets: list[str]) -> dict:
+        flops = flops_by_target[targets[0]].get(task.id)
+        work = {"flops": flops} if flops else {}
+        return task.to_json() | work | {"bytes": nbytes[id(g)].get(task.id, 0),
+                                        "schedules": [records_by_target[k][task.id].to_json() for k in targets]}
+
+    nbytes = {id(g): task_bytes(g) for g in (graph, x86_graph) if g is not None}
     if x86_graph is None or x86_graph is graph:
-        return [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order]}
-                for t in graph.tasks]
-    out = [t.to_json() | {"schedules": [records_by_target[k][t.id].to_json() for k in order if k != "x86"]}
-           for t in graph.tasks if "cuda" in order]
-    return out + [t.to_json() | {"schedules": [records_by_target["x86"][t.id].to_json()]} for t in x86_graph.tasks]
+        return [entry(graph, t, order) for t in graph.tasks]
+    out = [entry(graph, t, [k for k in order if k != "x86"]) for t in graph.tasks if "cuda" in order]
+    return out + [entry(x86_graph, t, ["x86"]) for t in x86_graph.tasks]
 
 
 def choose_summary(scheduled) -> str:

@@ -37,6 +37,7 @@ class KernelRow:
     sketch: str
     note: str
     intensity: float | None  # flops per byte, when the manifest has both for the task
+    gflops: float | None  # the rate this kernel reached (its FLOPs a call over its mean time), for the peak's sake
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,12 @@ def _schedules(manifest: Mapping[str, Any], target: str) -> dict[str, dict[str, 
     return out
 
 
+def _rate(info: Mapping[str, Any], mean_us: float) -> float | None:
+    """GFLOP/s of one call taking ``mean_us``, when the manifest counted the task's FLOPs."""
+    flops = info.get("flops")
+    return float(flops) / (mean_us * 1e3) if isinstance(flops, int | float) and flops > 0 and mean_us > 0 else None
+
+
 def _intensity(info: Mapping[str, Any]) -> float | None:
     flops, nbytes = info.get("flops"), info.get("bytes")
     if isinstance(flops, int | float) and isinstance(nbytes, int | float) and nbytes > 0:
@@ -135,11 +142,12 @@ def profile_model(model: Model, feed: Mapping[str, Any], runs: int) -> Profile:
         total = sum(s.total_ns for s in steps)
         info = schedules.get(task, {})
         kernels = sorted({s.kernel for s in steps})
+        mean_us = total / max(calls, 1) / 1e3
         rows.append(KernelRow(
             kernel=kernels[0] if len(kernels) == 1 else f"{kernels[0]} (+{len(kernels) - 1})", task=task,
-            calls_per_run=calls / n, total_ms=total / 1e6, mean_us=total / max(calls, 1) / 1e3,
+            calls_per_run=calls / n, total_ms=total / 1e6, mean_us=mean_us,
             share=total / kernel_ns, chosen_by=info.get("chosen_by", ""), sketch=info.get("sketch", ""),
-            note=info.get("note", ""), intensity=_intensity(info)))
+            note=info.get("note", ""), intensity=_intensity(info), gflops=_rate(info, mean_us)))
     rows.sort(key=lambda r: r.total_ms, reverse=True)
     calls = sum(s.calls for s in report.steps)
     outside = (report.run_ns - report.kernel_ns) / n / 1e3
@@ -187,14 +195,15 @@ def format_report(result: BenchResult, top: int | None = None) -> str:
     if p.pool_launches_per_run:
         lines.append(f"thread pool: {p.pool_launches_per_run:g} parallel launches a run, the caller waited "
                      f"{p.pool_wait_us:.1f} us a run for workers (inside the kernels' time)")
-    header = ("kernel", "calls", "total ms", "mean us", "share", "chosen_by", "sketch", "flop/B")
+    header = ("kernel", "calls", "total ms", "mean us", "share", "GFLOP/s", "chosen_by", "sketch", "flop/B")
     rows = [header]
     for r in p.kernels[:top] if top else p.kernels:
         rows.append((r.task, f"{r.calls_per_run:g}", f"{r.total_ms:.3f}", f"{r.mean_us:.1f}", f"{100 * r.share:.1f}%",
-                     r.chosen_by or "-", r.sketch or "-", f"{r.intensity:.1f}" if r.intensity is not None else "-"))
+                     f"{r.gflops:.1f}" if r.gflops is not None else "-", r.chosen_by or "-", r.sketch or "-",
+                     f"{r.intensity:.1f}" if r.intensity is not None else "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for k, row in enumerate(rows):
-        cells = [c.ljust(w) if i == 0 or i >= 5 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        cells = [c.ljust(w) if i == 0 or i >= 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))

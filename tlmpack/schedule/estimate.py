@@ -28,6 +28,17 @@ def task_flops(task_funcs: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def task_bytes(graph: Any) -> dict[str, int]:
+    """Bytes one call of each task reads and writes: its arguments, each once (the first call of the
+    task in the plan; every call of a task has the same shapes). With task_flops it gives the
+    arithmetic intensity that `tlmpack bench --profile` shows beside each kernel's time."""
+    out: dict[str, int] = {}
+    for call in graph.calls:
+        if call.task not in out:
+            out[call.task] = sum(graph.tensors[a].nbytes for a in call.args)
+    return out
+
+
 def split_step_work(graph: Any, flops: dict[str, int]) -> list[int]:
     """Per call of the plan, in millions of operations, the work of each convolution call, which the C
     runtime may split into more tasks than threads (0 for every other call; runtime_c/tlmrt_plan.h).
