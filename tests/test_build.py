@@ -76,7 +76,7 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
     assert manifest["format_version"] == 2
     assert {"weights.bin", "x86/model.so", "runtime_c/libtlmrt.so", "include/tlmrt.h", "SHA256SUMS"} <= set(names)
     assert set(manifest["files"]) == files - {"manifest.json", "SHA256SUMS"}
-    chosen = set()
+    chosen, pooled = set(), False
     for subgraph in manifest["subgraphs"]:
         (schedule,) = subgraph["schedules"]
         assert schedule["target"] == "x86"
@@ -87,9 +87,13 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
             assert schedule["chosen_by"] == "heuristic" and schedule["note"].startswith("tlm fallback: ")
         if "conv2d" in subgraph["name"]:  # channels-last: not what the x86 TLM was trained on
             assert schedule["note"].startswith("tlm fallback: channels-last convolution")
+        if "pool2d" in subgraph["name"]:
+            assert schedule["note"].startswith("tlm fallback: channels-last pooling")
+            pooled = True
         assert schedule["sketch"] >= 0
         if "conv2d" in subgraph["name"] and "x86-matmul" in schedule["note"] + "tlm":
             assert schedule["decisions"] and "pre-packed" in schedule["note"]
+    assert pooled, "resnet-tiny's stem max pool is the channels-last pooling this test checks"
     if "tlm" in chosen:
         assert len(manifest["tlm"]["x86"]["sha256"]) == 64
     (x86,) = manifest["targets"]
