@@ -119,13 +119,15 @@ def fixed_decider(decisions: tuple[Decision, ...]):
 SPACE_VERSIONS = {
     1: "MetaSchedule's sketches; on CUDA, the appended GEMM sketches of dense and batch matmuls",
     2: "on CUDA, the appended implicit-GEMM sketches of NCHW convolutions",
+    3: "on x86, the appended window sketch of channels-last pooling",
 }
 SPACE_VERSION = max(SPACE_VERSIONS)
 
 
 class DesignSpace:
     """The sketches MetaSchedule's post-order-apply generates for one PrimFunc on one target; on
-    CUDA, GEMMs get two more after them (cuda_gemm_sketch.py: vectorised, pipelined, split-K)."""
+    CUDA, GEMMs get two more after them (cuda_gemm_sketch.py: vectorised, pipelined, split-K), on
+    x86 channels-last poolings one (x86_window_sketch.py: the window outside the channel vector)."""
 
     def __init__(self, func, target, seed: int = 0) -> None:
         import tvm
@@ -153,6 +155,12 @@ class DesignSpace:
             appended = gemm_sketches(self.mod, func, async_copy=int(arch[3:] or 0) >= 80)
             self.sketches += appended
             self.sketch_versions += [2 if is_conv(func) else 1] * len(appended)
+        else:
+            from .x86_window_sketch import window_sketches
+
+            appended = window_sketches(self.mod)
+            self.sketches += appended
+            self.sketch_versions += [3] * len(appended)
 
     def sketches_after(self, version: int) -> tuple[int, ...]:
         """The sketches a space of ``version`` did not have (what a TLM trained on it has never seen)."""
