@@ -32,10 +32,10 @@ def window_sketches(mod) -> list[Any]:
     from tvm import s_tir
 
     sch = s_tir.Schedule(mod)
-    block = _pool_block(sch)
-    if block is None:
-        return []
     try:
+        block = _pool_block(sch)
+        if block is None:
+            return []
         _schedule(sch, block)
     except Exception:  # noqa: BLE001 — TVM refuses a shape this sketch did not foresee: no sketch
         return []
