@@ -15,7 +15,7 @@ import json
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..schedule.hardware import CudaHardware, X86Hardware
@@ -157,6 +157,9 @@ class TrainingSet:
     sha256: str
     guided: bool = False  # every sentence starts with the rules' hint (tlm.language.Hint)
     vector_bits: tuple[int, ...] = ()  # x86: the vector widths of the machines its records were measured on
+    # per (task, hardware, timer) group: its distinct programs, each with its share of the group's target
+    # distribution (rank_programs); what the ranking phase (train.rank_loss) fits
+    ranking: list[tuple[tuple[Example, float], ...]] = field(default_factory=list)
 
 
 def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = None) -> dict[tuple, list[dict]]:
@@ -175,14 +178,15 @@ def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = No
 def build_training_set(store: Store, target: str, sites: dict[str, list[list[SamplingSite]]], seed: int = 0,
                        random_per_sketch: int = 8, best_k: int = 8, beta: float = 6.0,
                        tasks: set[str] | None = None, heldout: bool = False, llvm_cpu: str | None = None,
-                       hints: dict[tuple[str, str], Hint] | None = None) -> TrainingSet:
+                       hints: dict[tuple[str, str], Hint] | None = None, rank_k: int = 0) -> TrainingSet:
     """grammar: every valid measured program plus ``random_per_sketch`` random legal sentences per
     sketch and hardware; taste: per group the ``best_k`` fastest programs, weighted
     exp(-beta * ln(latency / best)) and normalised so each group weighs the same. ``tasks``:
     only these (default: every task but the held-out ones); ``heldout``: only the held-out ones
     (an evaluation set, never trained on); ``llvm_cpu``: only records measured on that CPU (adapting
     to another machine); ``hints`` (training.hints.load_hints): guided sentences, each after the
-    rules' schedule of its task on its hardware (NO_HINT where none was computed)."""
+    rules' schedule of its task on its hardware (NO_HINT where none was computed); ``rank_k`` > 0:
+    also each group's ranking list (rank_programs), slow programs included."""
     skip = heldout_keys(store, target)
     if heldout:
         tasks, skip = heldout_keys(store, target, evaluation=True), set()
@@ -190,6 +194,7 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     infos: dict[str, TaskInfo] = {}
     grammar: list[Example] = []
     taste: list[Example] = []
+    ranking: list[tuple[tuple[Example, float], ...]] = []
     hardwares: dict[str, X86Hardware | CudaHardware] = {}
     used: set[str] = set()
     for (key, hw_json, _, _), records in sorted(groups.items()):
@@ -223,6 +228,16 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
                                   sites[key], weight=w, hint=hint)
                 if ex is not None:
                     taste.append(ex)
+        if rank_k > 0:
+            group = []
+            for r, q in rank_programs(records, rank_k, beta):
+                ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),
+                                  sites[key], hint=hint)
+                if ex is not None:
+                    group.append((ex, q))
+            if len(group) >= 2:
+                total = sum(q for _, q in group)
+                ranking.append(tuple((ex, q / total) for ex, q in group))
     rng = random.Random(f"grammar:{target}:{seed}")
     for key in sorted(used):
         for hw_json, hardware in hardwares.items():
@@ -238,8 +253,33 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     digest = hashlib.sha256()
     for ex in grammar + taste:
         digest.update(json.dumps([ex.ids, round(ex.weight, 6)]).encode())
+    for group in ranking:
+        digest.update(json.dumps([[ex.ids, round(q, 6)] for ex, q in group]).encode())
     widths = tuple(sorted({h.vector_bits for h in hardwares.values() if isinstance(h, X86Hardware)}))
-    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None, widths)
+    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None, widths, ranking)
+
+
+RANK_TIE = 0.02  # programs within 2 % of each other are one program's noise on these hosts
+
+
+def rank_programs(records: list[dict], k: int, beta: float) -> list[tuple[dict, float]]:
+    """One group's ranking list (``records`` fastest first): its distinct programs (a program
+    measured twice keeps its fastest time), the ``k`` // 2 fastest and the rest spread evenly over
+    the slower ones, so the list holds what to avoid as well as what to pick; each with the target
+    weight exp(-beta * ln(latency / best)). Empty where the group's programs are all within
+    RANK_TIE of its best (nothing to rank)."""
+    distinct: dict[str, dict] = {}
+    for r in records:
+        distinct.setdefault(json.dumps([r["sketch"], r["decisions"]]), r)
+    programs = list(distinct.values())
+    if len(programs) < 2 or latency(programs[-1]) <= latency(programs[0]) * (1 + RANK_TIE):
+        return []
+    head = programs[: max(1, k // 2)]
+    rest = programs[len(head):]
+    step = max(1, math.ceil(len(rest) / max(1, k - len(head))))
+    picked = head + rest[::step][: k - len(head)]
+    best = latency(programs[0])
+    return [(r, math.exp(-beta * math.log(latency(r) / best))) for r in picked]
 
 
 BETTER_THAN_RULES = 1.03  # a program counts as an improvement on the rules' point past this ratio
@@ -285,7 +325,7 @@ def save_training_set(data: TrainingSet, path: Path) -> None:
     with gzip.open(path, "wb", compresslevel=6) as f:
         pickle.dump({"grammar": data.grammar, "taste": data.taste, "tasks": sorted(data.tasks),
                      "infos": data.infos, "sha256": data.sha256, "guided": data.guided,
-                     "vector_bits": data.vector_bits}, f, protocol=4)
+                     "vector_bits": data.vector_bits, "ranking": data.ranking}, f, protocol=4)
 
 
 def load_training_set(path: Path) -> TrainingSet:
@@ -294,4 +334,4 @@ def load_training_set(path: Path) -> TrainingSet:
     with gzip.open(path, "rb") as f:
         d = pickle.load(f)  # noqa: S301  (our own file, written by save_training_set)
     return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"], d.get("guided", False),
-                       tuple(d.get("vector_bits", ())))
+                       tuple(d.get("vector_bits", ())), d.get("ranking", []))

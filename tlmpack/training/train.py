@@ -32,6 +32,9 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     min_confidence: float = 0.0  # 0: derive from the training tasks' own decodes (see confidence_floor)
+    rank_steps: int = 0  # after the taste: steps of rank_loss (plus the taste's loss) over the ranking groups
+    rank_groups: int = 8  # groups a ranking step
+    rank_lr: float = 2e-4
 
 
 def _batch(examples: list[Example], device: str, vocab: int):
@@ -70,6 +73,104 @@ def masked_loss(model, batch) -> tuple:
     loss = (nll * weights).sum() / weights.sum()
     hits = (logits.argmax(-1) == targets).float().mean()
     return loss, hits
+
+
+def sequence_log_probs(model, batch, sequences: int):
+    """Per sentence of ``batch`` (_batch's tuple): the log-probability the masked decoder gives its
+    whole program, the sum over its scored positions of the recorded token's log-softmax among
+    the legal tokens there."""
+    import torch
+
+    ids, attention, rows, cols, targets, _, legal = batch
+    logits = model(input_ids=ids, attention_mask=attention).logits[rows, cols].float()
+    logp = torch.log_softmax(logits.masked_fill(~legal, float("-inf")), dim=-1)
+    picked = logp.gather(1, targets[:, None])[:, 0]
+    return torch.zeros(sequences, device=picked.device).index_add(0, rows, picked)
+
+
+def rank_loss(model, groups: list[tuple[tuple[Example, float], ...]], device: str, vocab: int) -> tuple:
+    """Listwise loss over measured programs: within each group, the cross-entropy between the
+    target weights (faster programs weigh more, dataset.rank_programs) and the softmax of the
+    model's program log-probabilities over the group. Unlike the taste's loss, it also lowers the
+    probability of the slow programs measured, the model's own bad picks included. Also the rate
+    at which the model's likeliest program of a group is its fastest."""
+    import torch
+
+    examples = [ex for group in groups for ex, _ in group]
+    scores = sequence_log_probs(model, _batch(examples, device, vocab), len(examples))
+    losses, hits, start = [], 0.0, 0
+    for group in groups:
+        s = scores[start: start + len(group)]
+        q = torch.tensor([w for _, w in group], device=s.device)
+        losses.append(-(q * torch.log_softmax(s, dim=0)).sum())
+        hits += float(int(s.argmax()) == int(q.argmax()))
+        start += len(group)
+    return torch.stack(losses).mean(), hits / len(groups)
+
+
+def _rank_phase(model, data: TrainingSet, cfg: TrainConfig, rng: random.Random,
+                say: Callable[[str], None]) -> dict:
+    """The ranking steps: rank_loss over ``cfg.rank_groups`` groups plus the taste's loss on a
+    taste batch (so the model stays a good generator of the fast programs while it learns to
+    order them)."""
+    import torch
+
+    if not data.ranking or cfg.rank_steps <= 0:
+        return {"steps": 0}
+    steps = cfg.rank_steps
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.rank_lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    vocab = model.config.vocab_size
+    group_order: list[int] = []
+    taste_order: list[int] = []
+    started = time.perf_counter()
+    loss_avg = hits_avg = 0.0
+    model.train()
+    for step in range(steps):
+        if len(group_order) < cfg.rank_groups:
+            more = list(range(len(data.ranking)))
+            rng.shuffle(more)
+            group_order += more
+        if data.taste and len(taste_order) < cfg.batch:
+            more = list(range(len(data.taste)))
+            rng.shuffle(more)
+            taste_order += more
+        picked, group_order = group_order[: cfg.rank_groups], group_order[cfg.rank_groups:]
+        loss, hits = rank_loss(model, [data.ranking[i] for i in picked], cfg.device, vocab)
+        if data.taste:
+            chosen, taste_order = taste_order[: cfg.batch], taste_order[cfg.batch:]
+            loss = loss + masked_loss(model, _batch([data.taste[i] for i in chosen], cfg.device, vocab))[0]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_avg = 0.98 * loss_avg + 0.02 * float(loss.detach()) if step else float(loss.detach())
+        hits_avg = 0.98 * hits_avg + 0.02 * hits if step else hits
+        if (step + 1) % max(1, steps // 10) == 0 or step + 1 == steps:
+            say(f"rank {step + 1}/{steps}: loss {loss_avg:.3f}, fastest ranked first {hits_avg:.3f} "
+                f"({time.perf_counter() - started:.0f} s)")
+    model.eval()
+    return {"steps": steps, "groups": len(data.ranking), "loss": round(loss_avg, 4), "top1": round(hits_avg, 4),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def rank_eval(model, groups: list[tuple[tuple[Example, float], ...]], device: str, chunk: int = 16) -> dict:
+    """How often the model's likeliest program of a group is its fastest, and the geometric mean
+    of the fastest's latency over the likeliest's (from the target weights and beta), no gradients."""
+    import torch
+
+    if not groups:
+        return {}
+    hits, n, loss = 0.0, 0, 0.0
+    with torch.no_grad():
+        for i in range(0, len(groups), chunk):
+            part = groups[i: i + chunk]
+            value, hit = rank_loss(model, part, device, model.config.vocab_size)
+            loss += float(value) * len(part)
+            hits += hit * len(part)
+            n += len(part)
+    return {"groups": n, "loss": round(loss / n, 4), "fastest_first": round(hits / n, 4)}
 
 
 def _phase(model, examples: list[Example], steps: int, lr: float, cfg: TrainConfig, rng: random.Random,
@@ -164,12 +265,15 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
     if init is None:
         report["pretrain"] = _phase(model, data.grammar, cfg.pretrain_steps, cfg.lr, cfg, rng, "pretrain", say)
     report["finetune"] = _phase(model, data.taste, cfg.finetune_steps, cfg.finetune_lr, cfg, rng, "finetune", say)
+    report["rank"] = _rank_phase(model, data, cfg, rng, say)
     model.to("cpu")
     report["taste_eval"] = evaluate(model, data.taste, "cpu")
     if heldout is not None:
         report["heldout_taste_eval"] = evaluate(model, heldout.taste, "cpu")
         report["heldout_grammar_eval"] = evaluate(model, heldout.grammar, "cpu")
-        say(f"held-out tasks: taste {report['heldout_taste_eval']}, grammar {report['heldout_grammar_eval']}")
+        report["heldout_rank_eval"] = rank_eval(model, heldout.ranking, "cpu")
+        say(f"held-out tasks: taste {report['heldout_taste_eval']}, grammar {report['heldout_grammar_eval']}, "
+            f"ranking {report['heldout_rank_eval']}")
     # what the model has seen: this run's tasks, and those of the weights it started from
     kinds = sorted({data.infos[k].kind for k in data.tasks} | set(base.summary.kinds if base else ()))
     ops = sorted({w for k in data.tasks for w in data.infos[k].ops} | set(base.summary.ops if base else ()))
@@ -211,6 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--store", help="Or build the set from this record store (data/), e.g. on the GPU machine.")
     p.add_argument("--llvm-cpu", default=None, help="--store: only records measured on this CPU (adapting).")
     p.add_argument("--best-k", type=int, default=8)
+    p.add_argument("--rank-k", type=int, default=24, help="--store: programs per group in the ranking lists.")
+    p.add_argument("--rank-steps", type=int, default=TrainConfig.rank_steps,
+                   help="Ranking steps after the taste (train.rank_loss); 0: none.")
     p.add_argument("--target", required=True, choices=["x86", "cuda"])
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -225,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--guided", action="store_true", help="--store: sentences after the rules' hints (data/hints/).")
     a = p.parse_args(argv)
     cfg = TrainConfig(pretrain_steps=a.pretrain_steps, finetune_steps=a.finetune_steps, batch=a.batch, seed=a.seed,
-                      device=a.device)
+                      device=a.device, rank_steps=a.rank_steps)
     if a.store:
         from .dataset import build_training_set
         from .sites import load_sites
@@ -233,7 +340,8 @@ def main(argv: list[str] | None = None) -> None:
 
         store = Store(a.store)
         data = build_training_set(store, a.target, load_sites(store, a.target), seed=a.seed, best_k=a.best_k,
-                                  llvm_cpu=a.llvm_cpu, hints=required_hints(store, a.target) if a.guided else None)
+                                  llvm_cpu=a.llvm_cpu, hints=required_hints(store, a.target) if a.guided else None,
+                                  rank_k=a.rank_k if a.rank_steps > 0 else 0)
     elif a.data:
         data = load_training_set(Path(a.data))
     else:
