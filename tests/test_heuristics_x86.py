@@ -301,3 +301,25 @@ def test_a_channels_first_convolution_is_never_weight_bound():
     func = te.create_prim_func([data, weight, topi.nn.conv2d_nchw(data, weight, 1, 0, 1)])
     assert not weight_bound(classify(func))
     assert weight_bound(classify(_nhwc_conv_relu6(512, 512, 3, size=7)))
+
+
+@pytest.mark.parametrize("cores, column_tiles_at_level_2", [(1, True), (2, False)])
+def test_a_single_row_task_on_one_core_streams_whole_rows(cores, column_tiles_at_level_2):
+    """A GEMV (EfficientNet-B0's 56x56x144 pool as a matmul, one thread: 45 -> 28 us alone, its 12
+    such kernels 0.83x in the 1-thread model) walks its column tiles inside the outer reduction loop
+    on one core; on two the tiles stay the parallel loop (the other placement was 1.3-1.5x slower in
+    a 2-thread model; BENCHMARKS.md 2026-12-06)."""
+    from tvm import te
+
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.hardware import detect_x86
+    from tlmpack.schedule.select import schedule_with_rules
+
+    x, w = te.placeholder((1, 3136), name="X"), te.placeholder((3136, 144), name="W")
+    k = te.reduce_axis((0, 3136), name="k")
+    func = te.create_prim_func([x, w, te.compute((1, 144), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k))])
+    target = x86_target(None, cores)
+    choice = schedule_with_rules(func, target.tvm_target(), "x86", detect_x86(("avx2", "fma"), cores))
+    rows, columns = [d.value for d in choice.decisions if d.kind == "tile" and len(d.value) == 4]
+    assert rows == (1, 1, 1, 1) and columns[3] == 16
+    assert columns == ((1, 1, 9, 16) if column_tiles_at_level_2 else (9, 1, 1, 16))

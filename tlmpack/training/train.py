@@ -318,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rank-k", type=int, default=24, help="--store: programs per group in the ranking lists.")
     p.add_argument("--rank-steps", type=int, default=TrainConfig.rank_steps,
                    help="Ranking steps after the taste (train.rank_loss); 0: none.")
+    p.add_argument("--rank-groups", type=int, default=TrainConfig.rank_groups, help="Groups a ranking step.")
     p.add_argument("--target", required=True, choices=["x86", "cuda"])
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--guided", action="store_true", help="--store: sentences after the rules' hints (data/hints/).")
     a = p.parse_args(argv)
     cfg = TrainConfig(pretrain_steps=a.pretrain_steps, finetune_steps=a.finetune_steps, batch=a.batch, seed=a.seed,
-                      device=a.device, rank_steps=a.rank_steps)
+                      device=a.device, rank_steps=a.rank_steps, rank_groups=a.rank_groups)
     if a.store:
         from .dataset import build_training_set
         from .sites import load_sites

@@ -21,6 +21,15 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   not once per row of pixels (ResNet-50's 7x7 stage in the whole model, one thread: 3x3 over 512
   channels 4559 -> 3788 us, 1x1 1024 -> 2048 4353 -> 3259 us; in isolation, weights in cache,
   no change);
+- on one core, a task with a single output row (a GEMV: a classifier's dense layer, a
+  squeeze-excite 1x1 convolution, a global pool written as a matmul) walks its column tiles at
+  level 2, inside the outer reduction loop, so each step streams a whole contiguous row of the
+  operand it reads, not one 64-byte strip a row per column tile (AVX2 EPYC, one thread: alone,
+  EfficientNet-B0's 56x56x144 pool-as-matmul 45 -> 28 us, its SE convolutions 480 -> 20 3.1 ->
+  1.0 us and 1152 -> 48 5.6 -> 2.7 us, MobileNetV2's classifier 129 -> 92 us; in the whole
+  1-thread model its 12 such kernels 0.83x). On two cores the column tiles stay the parallel
+  loop: in a 2-thread model the same placement, with 3 or with 1 parallel chunks, made them
+  1.3-1.5x slower (BENCHMARKS.md 2026-12-06);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
 - unroll 64 (0 is 2-3x slower, more gains nothing); a dense convolution's padding stays its own
@@ -173,6 +182,11 @@ def weight_bound(task: TaskClass) -> bool:
     return weight >= WEIGHT_BOUND_RATIO * math.prod(task.spatial[:-1]) * task.reduction[-1]
 
 
+def single_row(task: TaskClass) -> bool:
+    """One output row: every spatial loop but the last (the vector loop) has extent 1."""
+    return len(task.spatial) >= 2 and math.prod(task.spatial[:-1]) == 1
+
+
 def outer_chunks(tiles: int, others: int, cores: int) -> int:
     """How many of a loop's ``tiles`` stay in the parallel level-0 loop: the fewest (a divisor)
     that, with the ``others`` chunks of the other level-0 loops, keep 8 parallel chunks per core."""
@@ -256,7 +270,11 @@ class X86Matmul(Rule):
         else:
             inner, rows, second = register_tile_2d(spatial[last].extent, spatial[rows_at].extent,
                                                    spatial[second_at].extent, lanes, accumulators)
-        chosen[spatial[last].index] = (spatial[last].extent // inner, 1, 1, inner)
+        tiles = spatial[last].extent // inner
+        if single_row(task) and hardware.cores == 1:  # module notes: stream whole rows, not strips
+            chosen[spatial[last].index] = (1, 1, tiles, inner)
+        else:
+            chosen[spatial[last].index] = (tiles, 1, 1, inner)
         parallel_other = 1  # parallel chunks from the loops kept outermost
         for position, site in enumerate(spatial):
             if position == last:
