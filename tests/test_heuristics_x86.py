@@ -303,23 +303,49 @@ def test_a_channels_first_convolution_is_never_weight_bound():
     assert weight_bound(classify(_nhwc_conv_relu6(512, 512, 3, size=7)))
 
 
-@pytest.mark.parametrize("cores, column_tiles_at_level_2", [(1, True), (2, False)])
-def test_a_single_row_task_on_one_core_streams_whole_rows(cores, column_tiles_at_level_2):
-    """A GEMV (EfficientNet-B0's 56x56x144 pool as a matmul, one thread: 45 -> 28 us alone, its 12
-    such kernels 0.83x in the 1-thread model) walks its column tiles inside the outer reduction loop
-    on one core; on two the tiles stay the parallel loop (the other placement was 1.3-1.5x slower in
-    a 2-thread model; BENCHMARKS.md 2026-12-06)."""
-    from tvm import te
+def _gemv(gate_of_pixels: int = 0):
+    """x (1 x 3136) times W (3136 x 144), like EfficientNet-B0's 56x56x144 pool as a matmul; with
+    ``gate_of_pixels``, the sigmoid of the result scales that many pixels of 144 channels (a
+    squeeze-excite gate: an epilogue that broadcasts the row)."""
+    from tvm import te, topi
 
+    x, w = te.placeholder((1, 3136), name="X"), te.placeholder((3136, 144), name="W")
+    k = te.reduce_axis((0, 3136), name="k")
+    row = te.compute((1, 144), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k))
+    if not gate_of_pixels:
+        return te.create_prim_func([x, w, row])
+    feature = te.placeholder((gate_of_pixels, 144), name="feature")
+    return te.create_prim_func([x, w, feature, topi.multiply(feature, topi.sigmoid(row))])
+
+
+def _column_tiles(func, cores: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     from tlmpack.lower.x86 import x86_target
     from tlmpack.schedule.hardware import detect_x86
     from tlmpack.schedule.select import schedule_with_rules
 
-    x, w = te.placeholder((1, 3136), name="X"), te.placeholder((3136, 144), name="W")
-    k = te.reduce_axis((0, 3136), name="k")
-    func = te.create_prim_func([x, w, te.compute((1, 144), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k))])
     target = x86_target(None, cores)
     choice = schedule_with_rules(func, target.tvm_target(), "x86", detect_x86(("avx2", "fma"), cores))
+    assert choice is not None and choice.rule == "x86-matmul"
     rows, columns = [d.value for d in choice.decisions if d.kind == "tile" and len(d.value) == 4]
-    assert rows == (1, 1, 1, 1) and columns[3] == 16
+    return rows, columns
+
+
+@pytest.mark.parametrize("cores, column_tiles_at_level_2", [(1, True), (2, False)])
+def test_a_single_row_task_on_one_core_streams_whole_rows(cores, column_tiles_at_level_2):
+    """A GEMV walks its column tiles inside the outer reduction loop on one core (EfficientNet-B0,
+    one thread: 56x56x144 pool-as-matmul 45 -> 28 us alone; its 15 such kernels 0.75-0.91x in the
+    whole model); on two cores the tiles stay the parallel loop (the other placement was 1.55x
+    slower in a 2-thread model; BENCHMARKS.md 2026-12-06)."""
+    rows, columns = _column_tiles(_gemv(), cores)
+    assert rows == (1, 1, 1, 1)
     assert columns == ((1, 1, 9, 16) if column_tiles_at_level_2 else (9, 1, 1, 16))
+
+
+def test_a_single_row_task_with_a_broadcast_epilogue_keeps_its_column_tiles_outermost():
+    """A squeeze-excite gate computed inside the tile ran 1.8-4.6x slower with the columns inside
+    the reduction loop (EfficientNet-B0, one thread)."""
+    from tlmpack.schedule.heuristics.classify import classify
+
+    func = _gemv(gate_of_pixels=196)
+    assert classify(func).epilogue_growth == 196
+    assert _column_tiles(func, 1)[1] == (9, 1, 1, 16)

@@ -27,9 +27,10 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   operand it reads, not one 64-byte strip a row per column tile (AVX2 EPYC, one thread: alone,
   EfficientNet-B0's 56x56x144 pool-as-matmul 45 -> 28 us, its SE convolutions 480 -> 20 3.1 ->
   1.0 us and 1152 -> 48 5.6 -> 2.7 us, MobileNetV2's classifier 129 -> 92 us; in the whole
-  1-thread model its 12 such kernels 0.83x). On two cores the column tiles stay the parallel
-  loop: in a 2-thread model the same placement, with 3 or with 1 parallel chunks, made them
-  1.3-1.5x slower (BENCHMARKS.md 2026-12-06);
+  1-thread model its 15 such kernels 0.75-0.91x over four rounds). Not where an epilogue
+  broadcasts the row (a squeeze-excite gate: 1.8-4.6x slower so), and not on two cores or more,
+  where the column tiles stay the parallel loop: in a 2-thread model the placement with 3 or with
+  1 parallel chunks made them 1.55x and 2.3x slower (BENCHMARKS.md 2026-12-06);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
 - unroll 64 (0 is 2-3x slower, more gains nothing); a dense convolution's padding stays its own
@@ -183,8 +184,10 @@ def weight_bound(task: TaskClass) -> bool:
 
 
 def single_row(task: TaskClass) -> bool:
-    """One output row: every spatial loop but the last (the vector loop) has extent 1."""
-    return len(task.spatial) >= 2 and math.prod(task.spatial[:-1]) == 1
+    """One output row (every spatial loop but the last, the vector loop, has extent 1) and no
+    epilogue that broadcasts it: a squeeze-excite gate computed inside the tile (sketch_order) ran
+    1.8-4.6x slower with its column tiles inside the reduction loop (EfficientNet-B0, one thread)."""
+    return len(task.spatial) >= 2 and math.prod(task.spatial[:-1]) == 1 and task.epilogue_growth == 1
 
 
 def outer_chunks(tiles: int, others: int, cores: int) -> int:
