@@ -75,6 +75,16 @@ def masked_loss(model, batch) -> tuple:
     return loss, hits
 
 
+def _next_batch(order: list[int], size: int, population: int, rng: random.Random) -> tuple[list[int], list[int]]:
+    """The next ``size`` indices of shuffled passes over ``population`` items, and what is left of
+    the pass (a new shuffled pass is appended when the current one runs short)."""
+    if len(order) < size:
+        more = list(range(population))
+        rng.shuffle(more)
+        order = order + more
+    return order[:size], order[size:]
+
+
 def sequence_log_probs(model, batch, sequences: int):
     """Per sentence of ``batch`` (_batch's tuple): the log-probability the masked decoder gives its
     whole program, the sum over its scored positions of the recorded token's log-softmax among
@@ -127,18 +137,10 @@ def _rank_phase(model, data: TrainingSet, cfg: TrainConfig, rng: random.Random,
     loss_avg = hits_avg = 0.0
     model.train()
     for step in range(steps):
-        if len(group_order) < cfg.rank_groups:
-            more = list(range(len(data.ranking)))
-            rng.shuffle(more)
-            group_order += more
-        if data.taste and len(taste_order) < cfg.batch:
-            more = list(range(len(data.taste)))
-            rng.shuffle(more)
-            taste_order += more
-        picked, group_order = group_order[: cfg.rank_groups], group_order[cfg.rank_groups:]
+        picked, group_order = _next_batch(group_order, cfg.rank_groups, len(data.ranking), rng)
         loss, hits = rank_loss(model, [data.ranking[i] for i in picked], cfg.device, vocab)
         if data.taste:
-            chosen, taste_order = taste_order[: cfg.batch], taste_order[cfg.batch:]
+            chosen, taste_order = _next_batch(taste_order, cfg.batch, len(data.taste), rng)
             loss = loss + masked_loss(model, _batch([data.taste[i] for i in chosen], cfg.device, vocab))[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -189,11 +191,7 @@ def _phase(model, examples: list[Example], steps: int, lr: float, cfg: TrainConf
     loss_avg = hits_avg = 0.0
     model.train()
     for step in range(steps):
-        if len(order) < cfg.batch:
-            more = list(range(len(examples)))
-            rng.shuffle(more)
-            order += more
-        picked, order = order[: cfg.batch], order[cfg.batch:]
+        picked, order = _next_batch(order, cfg.batch, len(examples), rng)
         loss, hits = masked_loss(model, _batch([examples[i] for i in picked], cfg.device, vocab))
         opt.zero_grad(set_to_none=True)
         loss.backward()
