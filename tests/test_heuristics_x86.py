@@ -335,7 +335,7 @@ def test_a_single_row_task_on_one_core_streams_whole_rows(cores, column_tiles_at
     """A GEMV walks its column tiles inside the outer reduction loop on one core (EfficientNet-B0,
     one thread: 56x56x144 pool-as-matmul 45 -> 28 us alone; its 15 such kernels 0.75-0.91x in the
     whole model); on two cores the tiles stay the parallel loop (the other placement was 1.55x
-    slower in a 2-thread model; BENCHMARKS.md 2026-12-06)."""
+    slower in a 2-thread model; BENCHMARKS.md 2026-12-05 23:45)."""
     rows, columns = _column_tiles(_gemv(), cores)
     assert rows == (1, 1, 1, 1)
     assert columns == ((1, 1, 9, 16) if column_tiles_at_level_2 else (9, 1, 1, 16))

@@ -30,7 +30,7 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   1-thread model its 15 such kernels 0.75-0.91x over four rounds). Not where an epilogue
   broadcasts the row (a squeeze-excite gate: 1.8-4.6x slower so), and not on two cores or more,
   where the column tiles stay the parallel loop: in a 2-thread model the placement with 3 or with
-  1 parallel chunks made them 1.55x and 2.3x slower (BENCHMARKS.md 2026-12-06);
+  1 parallel chunks made them 1.55x and 2.3x slower (BENCHMARKS.md 2026-12-05 23:45);
 - a reduction loop keeps an inner chunk of at most 8 (a whole 3x3 or 7x7 window stays inner; 64
   for a dense's K measured 5% slower);
 - unroll 64 (0 is 2-3x slower, more gains nothing); a dense convolution's padding stays its own
