@@ -437,3 +437,20 @@ def test_tlm_hints_writes_the_rules_point_of_each_recorded_task_and_hardware(tmp
     first = (data / "hints" / "x86.json.gz").read_bytes()
     assert CliRunner().invoke(main, ["tlm", "hints", "--target", "x86", "--data-dir", str(data)]).exit_code == 0
     assert (data / "hints" / "x86.json.gz").read_bytes() == first  # the same hints, the same bytes
+
+
+def test_hints_follow_the_recorded_machine_not_the_one_computing_them():
+    """The rules' point of an AVX-512 record has AVX-512 tiles wherever the hints are computed."""
+    from tvm import te
+
+    from tlmpack.training.hints import rules_hint_for
+
+    a, w = te.placeholder((128, 768), name="A"), te.placeholder((768, 768), name="W")
+    k = te.reduce_axis((0, 768), name="k")
+    func = te.create_prim_func([a, w, te.compute((128, 768), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k))])
+    caches = {"l1d_bytes": 49152, "l2_bytes": 2097152, "l3_bytes": 33554432}
+    avx2 = {"cores": 1, "kind": "x86", "vector_bits": 256, "vector_registers": 16, "llvm_cpu": "haswell", **caches}
+    avx512 = {**avx2, "vector_bits": 512, "vector_registers": 32, "llvm_cpu": "skylake-avx512"}
+    inner = {name: [d.value for d in rules_hint_for(func, "x86", hw).decisions if d.kind == "tile"][1][-1]
+             for name, hw in (("avx2", avx2), ("avx512", avx512))}
+    assert inner == {"avx2": 16, "avx512": 32}  # two vectors of 8 or of 16 lanes

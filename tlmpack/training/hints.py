@@ -56,10 +56,12 @@ def rules_hint_for(func, target: str, hardware: dict) -> Hint:
 
     if target == "x86":
         from ..lower.x86 import x86_target
-        from ..schedule.hardware import detect_x86
+        from .dataset import hardware_of
 
-        t = x86_target(num_cores=hardware["cores"])
-        return rules_hint(func, t.tvm_target(), "x86", detect_x86(t.features, t.num_cores))
+        # the recorded machine, not the one computing the hints: an AVX2 host writing the hints of
+        # AVX-512 records gave them AVX2 tiles (a record without its LLVM CPU gets this host's)
+        t = x86_target(cpu=hardware.get("llvm_cpu"), num_cores=hardware["cores"])
+        return rules_hint(func, t.tvm_target(), "x86", hardware_of({"target": "x86", "hardware": hardware}))
     from ..schedule.hardware import cuda_hardware
     from .cuda_programs import cuda_tvm_target
 
