@@ -158,8 +158,8 @@ def _rank_phase(model, data: TrainingSet, cfg: TrainConfig, rng: random.Random,
 
 
 def rank_eval(model, groups: list[tuple[tuple[Example, float], ...]], device: str, chunk: int = 16) -> dict:
-    """How often the model's likeliest program of a group is its fastest, and the geometric mean
-    of the fastest's latency over the likeliest's (from the target weights and beta), no gradients."""
+    """The mean ranking loss over ``groups`` and how often the model's likeliest program of a group
+    is its fastest, no gradients."""
     import torch
 
     if not groups:
