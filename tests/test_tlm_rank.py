@@ -96,3 +96,27 @@ def test_rank_loss_moves_probability_from_the_slow_program_to_the_fast_one():
     assert float(after[0]) > float(after[1]) and hits == 1.0
     # the fitted odds approach the target's 4:1
     assert float(after[0] - after[1]) == pytest.approx(math.log(4.0), abs=0.35)
+
+
+def test_rank_timing_keeps_only_the_groups_timed_that_way():
+    """The ranking lists of older, burst-timed groups order programs by the timer's drift as much
+    as by their speed; ``rank_timing`` leaves them out and keeps the taste and grammar whole."""
+    from collections import defaultdict
+
+    from tlmpack.training.dataset import _groups, build_training_set, heldout_keys
+    from tlmpack.training.sites import load_sites
+    from tlmpack.training.store import Store, default_root
+
+    store = Store(default_root())
+    timings: dict[str, set[str]] = defaultdict(set)
+    for key in _groups(store, "x86", heldout_keys(store, "x86")):
+        timings[key[0]].add(key[3])
+    mixed = {k for k, t in timings.items() if {"", "interleaved"} <= t}
+    sites = load_sites(store, "x86")
+    tasks = set(sorted(mixed & set(sites))[:4])
+    assert tasks
+    every = build_training_set(store, "x86", sites, tasks=tasks, random_per_sketch=0, rank_k=8)
+    interleaved = build_training_set(store, "x86", sites, tasks=tasks, random_per_sketch=0, rank_k=8,
+                                     rank_timing="interleaved")
+    assert 0 < len(interleaved.ranking) < len(every.ranking)
+    assert len(interleaved.taste) == len(every.taste) and len(interleaved.grammar) == len(every.grammar)

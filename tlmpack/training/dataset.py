@@ -178,7 +178,8 @@ def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = No
 def build_training_set(store: Store, target: str, sites: dict[str, list[list[SamplingSite]]], seed: int = 0,
                        random_per_sketch: int = 8, best_k: int = 8, beta: float = 6.0,
                        tasks: set[str] | None = None, heldout: bool = False, llvm_cpu: str | None = None,
-                       hints: dict[tuple[str, str], Hint] | None = None, rank_k: int = 0) -> TrainingSet:
+                       hints: dict[tuple[str, str], Hint] | None = None, rank_k: int = 0,
+                       rank_timing: str | None = None) -> TrainingSet:
     """grammar: every valid measured program plus ``random_per_sketch`` random legal sentences per
     sketch and hardware; taste: per group the ``best_k`` fastest programs, weighted
     exp(-beta * ln(latency / best)) and normalised so each group weighs the same. ``tasks``:
@@ -186,7 +187,8 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     (an evaluation set, never trained on); ``llvm_cpu``: only records measured on that CPU (adapting
     to another machine); ``hints`` (training.hints.load_hints): guided sentences, each after the
     rules' schedule of its task on its hardware (NO_HINT where none was computed); ``rank_k`` > 0:
-    also each group's ranking list (rank_programs), slow programs included."""
+    also each group's ranking list (rank_programs), slow programs included; ``rank_timing``: only
+    from groups timed that way (e.g. "interleaved": older bursts rank programs by the timer's drift)."""
     skip = heldout_keys(store, target)
     if heldout:
         tasks, skip = heldout_keys(store, target, evaluation=True), set()
@@ -197,7 +199,7 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     ranking: list[tuple[tuple[Example, float], ...]] = []
     hardwares: dict[str, X86Hardware | CudaHardware] = {}
     used: set[str] = set()
-    for (key, hw_json, _, _), records in sorted(groups.items()):
+    for (key, hw_json, _, timing), records in sorted(groups.items()):
         if tasks is not None and key not in tasks:
             continue
         if key not in sites:
@@ -228,7 +230,7 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
                                   sites[key], weight=w, hint=hint)
                 if ex is not None:
                     taste.append(ex)
-        if rank_k > 0:
+        if rank_k > 0 and rank_timing in (None, timing):
             group = []
             for r, q in rank_programs(records, rank_k, beta):
                 ex = make_example(hardware, info, r["sketch"], tuple(Decision.from_json(d) for d in r["decisions"]),

@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rank-steps", type=int, default=TrainConfig.rank_steps,
                    help="Ranking steps after the taste (train.rank_loss); 0: none.")
     p.add_argument("--rank-groups", type=int, default=TrainConfig.rank_groups, help="Groups a ranking step.")
+    p.add_argument("--rank-timing", default="interleaved",
+                   help="--store: rank only groups timed this way ('any': all; CUDA records name no timing).")
     p.add_argument("--target", required=True, choices=["x86", "cuda"])
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -340,7 +342,8 @@ def main(argv: list[str] | None = None) -> None:
         store = Store(a.store)
         data = build_training_set(store, a.target, load_sites(store, a.target), seed=a.seed, best_k=a.best_k,
                                   llvm_cpu=a.llvm_cpu, hints=required_hints(store, a.target) if a.guided else None,
-                                  rank_k=a.rank_k if a.rank_steps > 0 else 0)
+                                  rank_k=a.rank_k if a.rank_steps > 0 else 0,
+                                  rank_timing=None if a.rank_timing == "any" or a.target == "cuda" else a.rank_timing)
     elif a.data:
         data = load_training_set(Path(a.data))
     else:
