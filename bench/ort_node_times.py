@@ -20,6 +20,13 @@ from pathlib import Path
 import numpy as np
 
 
+def _random_input(rng: np.random.Generator, shape: list[int], onnx_type: str) -> np.ndarray:
+    """Normal floats, or small non-negative integers for an integer input (token ids, masks)."""
+    if "int" in onnx_type:
+        return rng.integers(0, 2, shape).astype(np.int64 if "int64" in onnx_type else np.int32)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
 def node_times(model: str, threads: int, runs: int) -> list[dict]:
     import onnxruntime as ort
 
@@ -29,7 +36,7 @@ def node_times(model: str, threads: int, runs: int) -> list[dict]:
     options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
-    feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
+    feed = {i.name: _random_input(rng, [d if isinstance(d, int) else 1 for d in i.shape], i.type)
             for i in session.get_inputs()}
     for _ in range(10 + runs):
         session.run(None, feed)
