@@ -248,6 +248,17 @@ def test_a_dense_layer_on_many_cores_runs_column_tiles_outside_row_tiles():
     assert row_block(16, 24, 16, convolution=True) == 2  # a convolution: 8 x 24 >= 8 chunks a core
 
 
+def test_avx2_register_tile_holds_12_accumulators_as_2_vectors_by_6_rows():
+    """15 of 16 ymm registers: 12 accumulators, 2 loaded vectors and a broadcast (a third vector a
+    row spilled); a matmul's rows are padded to a multiple of 6 to get it (relax_rewrites)."""
+    from tlmpack.schedule.heuristics.x86_matmul import accumulator_budget, register_rows, register_tile
+
+    assert accumulator_budget(16) == 12 and register_rows(16) == 6
+    assert accumulator_budget(32) == 16 and register_rows(32) == 8  # AVX-512 as before
+    assert register_tile(768, 132, 8, accumulator_budget(16)) == (16, 6)  # 128 rows padded to 132
+    assert register_tile(768, 128, 8, accumulator_budget(16)) == (16, 4)  # not 1 vector x 8 rows: more loads
+
+
 def test_register_tile_takes_rows_from_two_loops_when_one_is_short():
     from tlmpack.schedule.heuristics.x86_matmul import register_tile_2d
 

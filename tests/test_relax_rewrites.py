@@ -77,7 +77,12 @@ def test_policy_pads_to_the_first_preferred_multiple_within_the_overhead_bound()
 
     x86, cuda = policy_for(("x86",), x86_lanes=8), policy_for(("cuda",))
     assert [x86.padded(e) for e in (197, 77, 257, 50257, 1000, 768, 49, 7)] == [208, 80, 272, 50272, 1000, 768, 49, 7]
-    assert [x86.padded(e, rows=True) for e in (197, 77, 1000, 49)] == [200, 80, 1000, 49]  # rows: eights
+    # rows: multiples of the AVX2 register tile's 6 rows (2 vectors x 6 rows), friendly 128 included
+    assert [x86.padded(e, rows=True) for e in (197, 77, 1000, 49, 128, 96)] == [198, 78, 1002, 54, 132, 96]
+    avx512 = policy_for(("x86",), x86_lanes=16, x86_rows=8)
+    assert [avx512.padded(e, rows=True) for e in (197, 77, 1000, 49, 128)] == [200, 80, 1000, 49, 128]
+    shared = policy_for(("cuda", "x86"))
+    assert shared.padded(128, rows=True) == 128  # a graph shared with CUDA keeps its warp-friendly rows
     assert cuda.padded(197) == cuda.padded(197, rows=True) == 208  # 224 would add 13.7 %
     assert cuda.padded(77) == 80 and cuda.padded(1000) == 1024
     assert cuda.padded(50257) == 50304  # whole 128-wide blocks; 50272 = 32 x 1571 has no other width
@@ -123,7 +128,7 @@ def test_a_matmul_over_friendly_extents_is_left_untouched(tmp_path):
     from tlmpack.relax_rewrites import pad_awkward_extents, policy_for
 
     model = tmp_path / "attention.onnx"
-    _attention_onnx(model, seq=128)
+    _attention_onnx(model, seq=96)  # rows of 6 (the AVX2 register tile), keys and reductions of 16
     mod = _relax_of(model)
     rewritten, count = pad_awkward_extents(mod, policy_for(("x86",)))
     assert count == 0 and rewritten is mod

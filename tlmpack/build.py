@@ -100,10 +100,12 @@ def pad_policy(options: BuildOptions, targets: tuple[str, ...]):
     from .lower.x86 import x86_target
     from .relax_rewrites import policy_for
     from .schedule.hardware import detect_x86
+    from .schedule.heuristics.x86_matmul import register_rows
 
-    lanes = detect_x86(x86_target(options.cpu, options.cores).features, options.cores,
-                       options.cache_kib).lanes(32) if "x86" in options.targets else 8
-    return policy_for(targets, lanes)
+    if "x86" not in options.targets:
+        return policy_for(targets)
+    hardware = detect_x86(x86_target(options.cpu, options.cores).features, options.cores, options.cache_kib)
+    return policy_for(targets, hardware.lanes(32), register_rows(hardware.vector_registers))
 
 
 def resolve_x86_machine(options: BuildOptions) -> BuildOptions:

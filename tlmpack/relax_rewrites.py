@@ -4,7 +4,8 @@ pad_awkward_extents: MetaSchedule's design space has only perfect tiles, so a ma
 extent has no useful divisor (197 tokens, 77, GPT-2's 50257-wide LM head, 1000 classes...) gets a
 1 x 197 tile: scalar on x86, odd thread shapes on CUDA. Every matmul (constant weight or not,
 batched or not) whose M, N or K extent is awkward computes instead over a friendlier extent, the
-next multiple the target asks for (``policy_for``: x86 whole vectors for N and K and eights for M,
+next multiple the target asks for (``policy_for``: x86 whole vectors for N and K and its register
+tile's rows for M, even where M is friendly to everything else (128 rows -> 132 on AVX2),
 CUDA warp-sized tiles) as long as that adds at most ``MAX_OVERHEAD`` of the work, and is sliced back:
 
 - M (rows) and N (columns): the operand is padded with zeros and the product sliced back to the
@@ -53,9 +54,10 @@ class PadPolicy:
         return extent
 
 
-def policy_for(targets: tuple[str, ...], x86_lanes: int = 8) -> PadPolicy:
+def policy_for(targets: tuple[str, ...], x86_lanes: int = 8, x86_rows: int = 6) -> PadPolicy:
     """x86 wants whole vectors (two, else one, of ``x86_lanes`` floats) along N and K, and rows in
-    eights (its register tile is at most 8 rows: 197 rows -> 200, not 208); CUDA wants warp-sized
+    multiples of its register tile's ``x86_rows`` (AVX2: 2 vectors x 6 rows, so 128 rows -> 132
+    and 197 -> 198; AVX-512: 8); CUDA wants warp-sized
     tiles (32, else 16) everywhere, and whole 128-wide blocks along N and K where they cost little
     (GPT-2's LM head: 50257 -> 50304, not 50272 = 32 x 1571, whose only block widths are 32 and
     1571). A graph shared by both targets takes the coarser multiples first."""
@@ -66,7 +68,7 @@ def policy_for(targets: tuple[str, ...], x86_lanes: int = 8) -> PadPolicy:
         rows += [32, 16]
     if "x86" in targets:
         multiples += [2 * x86_lanes, x86_lanes]
-        rows += [8]
+        rows += [x86_rows]
     if not multiples:
         multiples, rows = [16, 8], [8]
     return PadPolicy(tuple(sorted(set(multiples), reverse=True)), tuple(sorted(set(rows), reverse=True)))

@@ -7,8 +7,11 @@ outside the reduction, 2 between its chunks, 3 innermost), each reduction loop a
 Why these numbers (docs/x86-performance-notes.md has the measurements):
 - level 3 holds the register tile: the last spatial loop (contiguous in the output) as one or
   two full vectors, and ``rows`` of the loop that the vector-loaded operand ignores (its value is
-  broadcast), so each FMA has an independent accumulator: accumulators ≈ FMA latency (4) × FMA
-  ports (2) = 8 on AVX2 (16 ymm registers), 16 with AVX-512's 32 registers; when that loop is
+  broadcast), so each FMA has an independent accumulator: at least FMA latency (4-5) × FMA
+  ports (2), as many as the registers hold beside the operands (accumulator_budget): 12 on AVX2
+  (2 vectors × 6 rows, 15 of 16 ymm registers: GPT-2's dense layers on a Zen 2 EPYC, 2 threads,
+  rows padded 128 -> 132, 122-131 -> 147-166 GFLOP/s, against 2 × 4 = 8; a third vector a row,
+  4 × 3, spilled and ran 2.6x slower), 16 with AVX-512's 32 registers; when that loop is
   too short for the best tile, the rows come from two loops (a channels-last convolution's H and
   W: a 14x14 map gets 2 x 2 pixels of two vectors, not 7 pixels of one; ResNet-50's 14x14 3x3
   convolution over 256 channels, one thread: 3009 -> 2463 us, its 1x1 1024 -> 256 1349 -> 1071 us);
@@ -103,6 +106,17 @@ def second_rows_axis(task: TaskClass, first: int) -> int | None:
             if candidates:
                 return max(candidates, key=lambda a: (task.spatial[a], a))
     return None
+
+
+def accumulator_budget(vector_registers: int) -> int:
+    """Accumulators a register tile may hold: all registers but the operands of two vectors a
+    row and a broadcast (and one spare), at most 16 (AVX-512's 2 x 8, as measured there)."""
+    return min(16, vector_registers - 4)
+
+
+def register_rows(vector_registers: int) -> int:
+    """Rows of the two-vector register tile: what a padded matmul's row count should divide."""
+    return accumulator_budget(vector_registers) // 2
 
 
 def register_tile_2d(vector_extent: int, rows_extent: int, second_extent: int, lanes: int,
@@ -257,7 +271,7 @@ class X86Matmul(Rule):
 
     def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware) -> Decisions | None:
         lanes = hardware.lanes(32)
-        accumulators = max(4, hardware.vector_registers // 2)
+        accumulators = accumulator_budget(hardware.vector_registers)
         spatial = [s for s in sites if s.kind == "tile" and s.parts == 4]
         if len(spatial) != len(task.spatial) or [s.extent for s in spatial] != list(task.spatial):
             return None  # not the SSRSRS sketch of the main block
