@@ -144,7 +144,8 @@ def has_conv2d(mod) -> bool:
 
 
 def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
-                pad_policy: PadPolicy | None = X86_PAD_POLICY, layout_ops: bool = True):
+                pad_policy: PadPolicy | None = X86_PAD_POLICY, layout_ops: bool = True, conv_rows: int = 0,
+                conv_columns: int = 16):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
     TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86), sigmoid
@@ -156,7 +157,8 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     so is ``layout_ops`` (layout_ops.py: with a conv layout, the importer's TIR calls for Pad and Clip
     become Relax ops first, so ConvertLayout leaves no transposes around them, and a transpose
     that only moves unit axes becomes a reshape, so a view): graph_fallbacks.py
-    switches each off when TVM trips over it."""
+    switches each off when TVM trips over it. ``conv_rows`` x ``conv_columns``: the register tile
+    (pixels x channels) a channels-last convolution is widened for (conv_width.py; 0 rows: none)."""
     import tvm
     from tvm import relax
 
@@ -171,6 +173,10 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
 
         mod = rewrites.before_conversion(mod)  # a failure here is a LayoutRewriteError: its own fallback
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
+    if conv_layout == "NHWC" and conv_rows > 1:
+        from .conv_width import wide_conv_legalizer
+
+        keep["relax.nn.conv2d"] = wide_conv_legalizer(conv_rows, conv_columns)
     passes = tvm.ir.transform.Sequential([
         small_powers_pass(),  # x ** 3 as x * x * x: a scalar powf per element otherwise
         *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first

@@ -1,0 +1,138 @@
+"""Channels-last convolutions computed over a wider output for whole register tiles (conv_width.py):
+which maps are widened, that the widened task is what the rules tile, and that the model keeps its
+meaning (against onnxruntime)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tlmpack.conv_width import has_tile, wider_width
+from tlmpack.verify import onnxruntime_outputs, rel_err
+
+TOLERANCE = 1e-4
+
+
+@pytest.mark.parametrize("width, height, rows, wide", [
+    (56, 56, 6, 60),  # 6 pixels of one row, not 57's 3 x 2 (module notes)
+    (28, 28, 6, 30),
+    (14, 14, 6, 15),  # 18 would add 29 %: 3 x 2
+    (112, 112, 6, 114),
+    (7, 7, 6, 7),  # too narrow
+    (49, 49, 6, 49),  # no wider width within 8 % gives 6 (H is odd: 6 must divide the width: 54 is +10 %)
+    (12, 12, 6, 12),  # already whole
+    (56, 56, 8, 56),  # AVX-512's 8 rows: 8 divides 56
+    (14, 14, 8, 14),  # 4 x 2 would need 16 columns: +14 %, left alone
+    (56, 56, 1, 56),
+])
+def test_the_narrowest_wider_output_that_holds_a_whole_tile(width, height, rows, wide):
+    assert wider_width(width, height, rows) == wide
+    if wide != width:
+        assert has_tile(wide, height, rows) and not has_tile(width, height, rows)
+
+
+def _model(tmp_path, size: int = 14):
+    """Over a size x size map: a compute-bound 3x3 padded convolution, a memory-bound 1x1 one with a
+    residual add, a dilated 3x3 one, and a stride-2 3x3 one; channels-last on x86."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(name, x, cin, cout, k, stride=1, pad=0, dilation=1):
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        b = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+        inits.extend([numpy_helper.from_array(w, f"{name}.w"), numpy_helper.from_array(b, f"{name}.b")])
+        nodes.append(helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [name], strides=[stride, stride],
+                                      kernel_shape=[k, k], pads=[pad] * 4, dilations=[dilation, dilation]))
+        return name
+
+    a = conv("c0", "x", 24, 32, 3, pad=1)  # 216 multiply-adds an output: widened
+    nodes.append(helper.make_node("Relu", [a], ["r0"]))
+    b = conv("c1", "r0", 32, 32, 1)  # 32: memory-bound, left alone
+    nodes.append(helper.make_node("Add", [b, "r0"], ["res"]))
+    c = conv("c2", "res", 32, 16, 3, pad=2, dilation=2)  # 288: widened
+    conv("c3", c, 16, 24, 3, stride=2, pad=1)  # strided: left alone
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, size, size])],
+                              [helper.make_tensor_value_info("c3", TensorProto.FLOAT, None)], initializer=inits)
+    path = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_only_compute_bound_convolutions_with_whole_two_vector_rows_are_widened():
+    from tlmpack.conv_width import MIN_MACS, widens
+    from tlmpack.schedule.heuristics.x86_matmul import TAIL_IN_TILE_MAX_MACS
+
+    assert MIN_MACS == TAIL_IN_TILE_MAX_MACS  # the rules' memory-bound bound, in one place
+    assert widens([1, 56, 56, 64], [64, 3, 3, 64], 16)
+    assert not widens([1, 56, 56, 144], [24, 1, 1, 144], 16)  # 24 channels: one vector, more rows
+    assert not widens([1, 56, 56, 64], [256, 1, 1, 64], 16)  # 64 multiply-adds: memory-bound
+    assert not widens([1, 56, 56, 64], [48, 3, 3, 64], 32)  # AVX-512: 48 channels are not 2 x 16 lanes
+
+
+def _widths(graph) -> dict[str, list[int]]:
+    """Each task's convolution block output width (the block's third loop), by task name."""
+    import re
+
+    out = {}
+    for task in graph.tasks:
+        script = graph.task_funcs[task.id].script()
+        found = re.search(r'for nn, yy, xx, ff, ry, rx, rc in T\.grid\(T\.int64\(1\), T\.int64\((\d+)\), T\.int64\((\d+)\)',
+                          script) or re.search(r'for i, y, x, ff, ry, rx, rc in T\.grid\(T\.int64\(1\), '
+                                               r'T\.int64\((\d+)\), T\.int64\((\d+)\)', script)
+        if found:
+            out[task.name] = [int(found.group(1)), int(found.group(2))]
+    return out
+
+
+def test_compute_bound_stride_1_convolutions_are_widened_for_six_rows(tmp_path):
+    from tlmpack.frontend import load_model
+    from tlmpack.graph_fallbacks import Lowering, lower_graph
+    from tlmpack.relax_rewrites import policy_for
+
+    model = _model(tmp_path)
+    graph, used, fallbacks = lower_graph(load_model(str(model)).mod,
+                                         Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, 6)))
+    assert used.conv_layout == "NHWC" and not fallbacks
+    widths = sorted(_widths(graph).values())
+    assert widths == [[7, 7], [14, 14], [14, 15], [14, 15]], widths  # the 1x1 and the stride-2 one as they were
+    unpadded, _, _ = lower_graph(load_model(str(model)).mod, Lowering("NHWC", fast_math=True, pad=None))
+    assert sorted(_widths(unpadded).values()) == [[7, 7], [14, 14], [14, 14], [14, 14]]
+
+
+def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path):
+    from tlmpack.frontend import load_model
+    from tlmpack.graph_fallbacks import Lowering, lower_graph
+    from tlmpack.relax_rewrites import policy_for
+    from tlmpack.schedule.hardware import detect_x86
+    from tlmpack.schedule.select import schedule_tasks
+
+    graph, _, _ = lower_graph(load_model(str(_model(tmp_path))).mod,
+                              Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, 6)))
+    from tlmpack.lower.x86 import x86_target
+
+    avx2 = detect_x86(("avx2", "fma"), cores=1, caches_kib=(32, 256, 8192))
+    scheduled = schedule_tasks(graph, x86_target("haswell", 1).tvm_target(), "x86", "heuristic", hardware=avx2)
+    tiles = {r.task: [d.value for d in r.decisions if d.kind == "tile"] for r in scheduled.records}
+    widened = [t for t in graph.tasks if _widths(graph).get(t.name) == [14, 15]]
+    assert widened
+    for task in widened:
+        spatial = tiles[task.id][:4]
+        pixels = spatial[1][3] * spatial[2][3]
+        assert pixels == 6 and spatial[3][3] == 16, (task.name, spatial)
+
+
+def test_a_widened_model_matches_onnxruntime(tmp_path):
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+
+    model = _model(tmp_path, size=28)
+    tar = tmp_path / "model.tar"
+    build(str(model), tar, BuildOptions(scheduler="heuristic", cpu="haswell", cores=2))
+    x = np.random.default_rng(1).standard_normal((1, 24, 28, 28)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
+    (out,) = rt.load(tar).run(None, {"x": x})
+    assert rel_err(out, ref) < TOLERANCE

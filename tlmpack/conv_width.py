@@ -1,0 +1,135 @@
+"""Channels-last convolutions computed over a wider output, so that their pixels fill whole register tiles.
+
+The x86 rules hold ``rows`` pixels of two vectors in registers (heuristics/x86_matmul.py: 6 on AVX2, as
+rows x second rows taken from the output's width and height). MetaSchedule's space has perfect tiles
+only, and the maps of most CNNs are 2^k x 7 pixels (56, 28, 14, 7), which have no 3 or 6: an AVX2
+convolution gets 4 pixels (8 accumulators), too few to hide the FMA latency. This rewrite legalizes a
+stride-1, ungrouped, compute-bound NHWC convolution whose width and height give no such tile into a kernel
+that computes
+``wide`` >= W output columns (56 -> 60, so 6 pixels of a row; 14 -> 15, so 3 x 2) and copies the first W
+back:
+
+- the input is read as before where it exists; the columns past it come from the zero padding (a
+  padded convolution) or from the last real column (a 1 x 1 one, whose index is clamped: no
+  padding block, no copy, and those outputs are never read);
+- the extra columns cost (wide - W) / W more multiply-adds, at most ``MAX_EXTRA``;
+- the copy back is an element-wise block that FuseOps fuses with the convolution's tail, where
+  the schedule inlines it.
+
+It keeps the model's meaning exactly: every output element sums the same products in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+MAX_EXTRA = 0.08  # at most this fraction of extra output columns (56 -> 60, 28 -> 30, 14 -> 15)
+MIN_WIDTH = 8  # narrower maps are left alone
+# only convolutions with more multiply-adds per output than this are widened: the rules' bound for a
+# memory-bound convolution (heuristics/x86_matmul.TAIL_IN_TILE_MAX_MACS), whose time is its traffic and
+# not its accumulators (MobileNetV2's 1 x 1 convolutions over 16-144 channels, alone, 2 threads:
+# 0.82-1.19 of their time, 0.99 in all; over 192-576 channels 0.85-0.98)
+MIN_MACS = 160
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def has_tile(width: int, height: int, rows: int) -> bool:
+    """Whether ``rows`` pixels split as a divisor of the width times one of the height."""
+    return any(rows % a == 0 and height % (rows // a) == 0 for a in _divisors(width) if a <= rows)
+
+
+def wider_width(width: int, height: int, rows: int) -> int:
+    """The output width to compute: ``width`` when it already gives a ``rows``-pixel tile (or is too
+    narrow, or no wider one is within MAX_EXTRA); else the next multiple of ``rows``, all of the tile's
+    pixels in one output row (56 -> 60); else the narrowest that splits them over two rows (14 -> 15,
+    3 x 2). One row measured faster: ResNet-50's 56 x 56 1 x 1 convolutions over 256 channels, alone,
+    2 threads, 0.89-0.90 of their time at 60 columns against 1.06 at 57 (3 x 2)."""
+    if rows <= 1 or width < MIN_WIDTH or has_tile(width, height, rows):
+        return width
+    limit = int(width * (1 + MAX_EXTRA))
+    if -(-width // rows) * rows <= limit:
+        return -(-width // rows) * rows
+    for wide in range(width + 1, limit + 1):
+        if has_tile(wide, height, rows):
+            return wide
+    return width
+
+
+def _static(shape) -> list[int] | None:
+    try:
+        return [int(d) for d in shape]
+    except (TypeError, ValueError):
+        return None
+
+
+def wide_conv2d_te(data, kernel, strides, padding, dilation, wide: int, out_dtype: str):
+    """The NHWC x OHWI convolution over ``wide`` output columns, then its first W columns."""
+    from tvm import te, tirx
+
+    n, h, w, c = (int(d) for d in data.shape)
+    f, kh, kw, _ = (int(d) for d in kernel.shape)
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    top, left, bottom, right = (int(p) for p in padding)
+    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    if top or left or bottom or right:
+        in_w = (wide - 1) * sw + (kw - 1) * dw + 1
+
+        def inside(y, x):
+            return tirx.all(y >= top, y < h + top, x >= left, x < w + left)
+
+        padded = te.compute((n, h + top + bottom, in_w, c), lambda i, y, x, ch: tirx.if_then_else(
+            inside(y, x), data[i, y - top, x - left, ch], tirx.const(0, data.dtype)), name="pad_temp")
+
+        def read(i, y, x, ch):
+            return padded[i, y, x, ch]
+    else:
+        def read(i, y, x, ch):
+            return data[i, y, tirx.min(x, w - 1), ch]
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rc = te.reduce_axis((0, c), name="rc")
+    conv = te.compute((n, out_h, wide, f), lambda i, y, x, ff: te.sum(
+        read(i, y * sh + ry * dh, x * sw + rx * dw, rc).astype(out_dtype) * kernel[ff, ry, rx, rc].astype(out_dtype),
+        axis=[ry, rx, rc]), name="conv2d_nhwc")
+    return te.compute((n, out_h, out_w, f), lambda i, y, x, ff: conv[i, y, x, ff], name="conv2d_nhwc_columns")
+
+
+def widens(data: list[int], kernel: list[int], columns: int) -> bool:
+    """Whether a stride-1 NHWC x OHWI convolution is one this rewrite is for: compute-bound (MIN_MACS)
+    and with whole two-vector rows of output channels (``columns``), so the rules' tile is 2 vectors x
+    ``rows`` pixels (a narrower channel count takes one vector and more rows)."""
+    return kernel[1] * kernel[2] * kernel[3] > MIN_MACS and kernel[0] % columns == 0
+
+
+def wide_conv_legalizer(rows: int, columns: int) -> Callable[[Any, Any], Any]:
+    """A LegalizeOps entry for ``relax.nn.conv2d``: the wide kernel where it applies (module notes),
+    else TVM's own legalization. ``rows`` x ``columns``: the rules' register tile (pixels x channels)."""
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    def legalize(bb, call):
+        attrs = call.attrs
+        data, kernel = _static(call.args[0].ty.shape), _static(call.args[1].ty.shape)
+        if (data is None or kernel is None or str(attrs.data_layout) != "NHWC" or str(attrs.kernel_layout) != "OHWI"
+                or str(attrs.out_layout) != "NHWC" or int(attrs.groups) != 1
+                or [int(s) for s in attrs.strides] != [1, 1] or not widens(data, kernel, columns)):
+            return _nn_conv2d(bb, call)
+        padding = [int(p) for p in attrs.padding]
+        dilation = [int(d) for d in attrs.dilation]
+        out_h = data[1] + padding[0] + padding[2] - (kernel[1] - 1) * dilation[0]
+        out_w = data[2] + padding[1] + padding[3] - (kernel[2] - 1) * dilation[1]
+        wide = wider_width(out_w, out_h, rows)
+        if wide == out_w:
+            return _nn_conv2d(bb, call)
+        out_dtype = str(attrs.out_dtype or "")
+        if out_dtype in ("", "None", "void"):
+            out_dtype = str(call.args[0].ty.dtype)
+        return bb.call_te(wide_conv2d_te, call.args[0], call.args[1], [1, 1], padding, dilation, wide, out_dtype,
+                          primfunc_name_hint="conv2d")
+
+    return legalize
