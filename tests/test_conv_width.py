@@ -53,12 +53,25 @@ def _model(tmp_path, size: int = 14):
     b = conv("c1", "r0", 32, 32, 1)  # 32: memory-bound, left alone
     nodes.append(helper.make_node("Add", [b, "r0"], ["res"]))
     c = conv("c2", "res", 32, 16, 3, pad=2, dilation=2)  # 288: widened
-    conv("c3", c, 16, 24, 3, stride=2, pad=1)  # strided: left alone
+    d = conv("c3", c, 16, 24, 3, stride=2, pad=1)  # strided: left alone
+    conv("c4", d, 24, 16, 3, pad=1)  # on the halved map: 7 x 7 is flattened (49 -> 54 pixels)
     graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, size, size])],
-                              [helper.make_tensor_value_info("c3", TensorProto.FLOAT, None)], initializer=inits)
+                              [helper.make_tensor_value_info("c4", TensorProto.FLOAT, None)], initializer=inits)
     path = tmp_path / "wide.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
+
+
+@pytest.mark.parametrize("width, height, rows, pixels", [
+    (7, 7, 6, 54),  # ResNet-50's last stage: 6 rows of one flattened loop
+    (56, 56, 6, 3136),  # widened instead (60 columns)
+    (12, 12, 6, 144),  # whole already
+    (5, 5, 8, 25),  # 32 would add 28 %
+])
+def test_small_maps_are_flattened_when_no_wider_width_holds_a_tile(width, height, rows, pixels):
+    from tlmpack.conv_width import flat_pixels
+
+    assert flat_pixels(width, height, rows) == pixels
 
 
 def test_only_compute_bound_convolutions_with_whole_two_vector_rows_are_widened():
@@ -98,8 +111,10 @@ def test_compute_bound_stride_1_convolutions_are_widened_for_six_rows(tmp_path):
     assert used.conv_layout == "NHWC" and not fallbacks
     widths = sorted(_widths(graph).values())
     assert widths == [[7, 7], [14, 14], [14, 15], [14, 15]], widths  # the 1x1 and the stride-2 one as they were
+    scripts = [graph.task_funcs[t.id].script() for t in graph.tasks]
+    assert sum("T.grid(T.int64(1), T.int64(54), T.int64(16)" in s for s in scripts) == 1  # c4, flattened
     unpadded, _, _ = lower_graph(load_model(str(model)).mod, Lowering("NHWC", fast_math=True, pad=None))
-    assert sorted(_widths(unpadded).values()) == [[7, 7], [14, 14], [14, 14], [14, 14]]
+    assert sorted(_widths(unpadded).values()) == [[7, 7], [7, 7], [14, 14], [14, 14], [14, 14]]
 
 
 def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path):
@@ -122,16 +137,20 @@ def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path)
         spatial = tiles[task.id][:4]
         pixels = spatial[1][3] * spatial[2][3]
         assert pixels == 6 and spatial[3][3] == 16, (task.name, spatial)
+    (flat,) = [t for t in graph.tasks if "T.int64(54)" in graph.task_funcs[t.id].script()]
+    spatial = tiles[flat.id][:3]  # batch, pixels, channels
+    assert spatial[1][3] == 6 and spatial[2][3] == 16, spatial
 
 
-def test_a_widened_model_matches_onnxruntime(tmp_path):
+@pytest.mark.parametrize("size", [14, 28])
+def test_a_widened_model_matches_onnxruntime(tmp_path, size):
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
 
-    model = _model(tmp_path, size=28)
+    model = _model(tmp_path, size=size)
     tar = tmp_path / "model.tar"
     build(str(model), tar, BuildOptions(scheduler="heuristic", cpu="haswell", cores=2))
-    x = np.random.default_rng(1).standard_normal((1, 24, 28, 28)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((1, 24, size, size)).astype(np.float32)
     (ref,) = onnxruntime_outputs(model, {"x": x})
     assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
     (out,) = rt.load(tar).run(None, {"x": x})
