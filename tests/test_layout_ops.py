@@ -230,3 +230,48 @@ def test_a_torch_relu6_is_a_clip_that_fuses_into_its_convolution_and_matches_tor
     (out,) = rt.load(tmp_path / "block.tar").run(None, {"x": x.numpy()})
     with torch.no_grad():
         assert rel_err(out, block(x).numpy()) < TOLERANCE
+
+
+def _two_branch_model(tmp_path, grouped_branch: bool):
+    """The input read by a dense 3x3 convolution and by a second branch (a depthwise or a dense 3x3
+    convolution, then a 1x1 one), the two added."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    parts = [_conv(rng, "c0", "x", 3, 8, 3, pads=(1, 1, 1, 1)),
+             _conv(rng, "c1", "x", 3, 3, 3, groups=3 if grouped_branch else 1, pads=(1, 1, 1, 1)),
+             _conv(rng, "c2", "c1", 3, 8, 1),
+             ([helper.make_node("Add", ["c0", "c2"], ["y"])], [])]
+    graph = helper.make_graph([n for p in parts for n in p[0]], "two_branch",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              initializer=[i for p in parts for i in p[1]])
+    path = tmp_path / f"two_branch_{grouped_branch}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("make", [relu6_cnn, silu_se_cnn])
+def test_the_input_transpose_is_read_in_place_by_the_stem_convolution(tmp_path, make):
+    graph = _x86_graph(make(tmp_path))
+    assert not [t.name for t in graph.tasks if "transpose" in t.name]
+    stem = next(t for t in graph.tasks if "conv2d" in t.name)
+    assert "T.Buffer((T.int64(1), T.int64(3), T.int64(16), T.int64(16))" in graph.task_funcs[stem.id].script()
+
+
+@pytest.mark.parametrize("grouped_branch", [False, True])
+def test_an_input_read_by_a_grouped_convolution_keeps_its_transpose(tmp_path, grouped_branch):
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+
+    model = _two_branch_model(tmp_path, grouped_branch)
+    graph = _x86_graph(model)
+    transposes = [t.name for t in graph.tasks if "transpose" in t.name]
+    assert len(transposes) == (2 if grouped_branch else 1)  # the output's back to NCHW, and the input's if kept
+    tar = tmp_path / "model.tar"
+    build(str(model), tar, BuildOptions(scheduler="heuristic"))
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    (out,) = rt.load(tar).run(None, {"x": x})
+    assert rel_err(out, ref) < TOLERANCE

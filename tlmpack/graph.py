@@ -173,10 +173,8 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
 
         mod = rewrites.before_conversion(mod)  # a failure here is a LayoutRewriteError: its own fallback
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
-    if conv_layout == "NHWC" and conv_rows > 1:
-        from .conv_width import wide_conv_legalizer
-
-        keep["relax.nn.conv2d"] = wide_conv_legalizer(conv_rows, conv_columns)
+    if conv_layout == "NHWC":
+        keep["relax.nn.conv2d"] = _conv2d_legalizer(conv_rows, conv_columns)
     passes = tvm.ir.transform.Sequential([
         small_powers_pass(),  # x ** 3 as x * x * x: a scalar powf per element otherwise
         *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first
@@ -199,6 +197,24 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         return passes(mod)
     except Exception as e:
         raise LoweringError(f"Relax could not lower the model to TIR: {type(e).__name__}: {e}") from None
+
+
+def _conv2d_legalizer(conv_rows: int, conv_columns: int):
+    """Channels-last convolutions legalized by tlmpack where TOPI has no kernel or a worse one: an
+    NCHW input read in place (layout_ops.py), a wider output (conv_width.py); else TOPI's."""
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    from .conv_width import wide_conv_legalizer
+    from .layout_ops import legalize_nchw_input_conv2d, reads_nchw_writes_nhwc
+
+    widened = wide_conv_legalizer(conv_rows, conv_columns) if conv_rows > 1 else _nn_conv2d
+
+    def legalize(bb, call):
+        if reads_nchw_writes_nhwc(call):
+            return legalize_nchw_input_conv2d(bb, call)
+        return widened(bb, call)
+
+    return legalize
 
 
 def _c_identifier(text: str) -> str:
