@@ -32,8 +32,9 @@ def test_the_narrowest_wider_output_that_holds_a_whole_tile(width, height, rows,
 
 
 def _model(tmp_path, size: int = 14):
-    """Over a size x size map: a compute-bound 3x3 padded convolution, a memory-bound 1x1 one with a
-    residual add, a dilated 3x3 one, and a stride-2 3x3 one; channels-last on x86."""
+    """Over a size x size map: a 3x3 padded convolution of the input, a memory-bound 1x1 one with a
+    residual add, a dilated 3x3 one, a stride-2 3x3 one, a 3x3 one on the halved map,
+    and a stride-2 1x1 one; channels-last on x86."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -48,15 +49,16 @@ def _model(tmp_path, size: int = 14):
                                       kernel_shape=[k, k], pads=[pad] * 4, dilations=[dilation, dilation]))
         return name
 
-    a = conv("c0", "x", 24, 32, 3, pad=1)  # 216 multiply-adds an output: widened
+    a = conv("c0", "x", 24, 32, 3, pad=1)  # reads the NCHW input in place (layout_ops): not widened
     nodes.append(helper.make_node("Relu", [a], ["r0"]))
     b = conv("c1", "r0", 32, 32, 1)  # 32: memory-bound, left alone
     nodes.append(helper.make_node("Add", [b, "r0"], ["res"]))
-    c = conv("c2", "res", 32, 16, 3, pad=2, dilation=2)  # 288: widened
-    d = conv("c3", c, 16, 24, 3, stride=2, pad=1)  # strided: left alone
-    conv("c4", d, 24, 16, 3, pad=1)  # on the halved map: 7 x 7 is flattened (49 -> 54 pixels)
+    c = conv("c2", "res", 32, 32, 3, pad=2, dilation=2)  # 288: widened
+    d = conv("c3", c, 32, 32, 3, stride=2, pad=1)  # strided: widened too (7 x 7: flattened)
+    e = conv("c4", d, 32, 32, 3, pad=1)  # on the halved map: 7 x 7 is flattened (49 -> 54 pixels)
+    conv("c5", e, 32, 16, 1, stride=2)  # strided, unpadded, 4 x 4: too small, left alone
     graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, size, size])],
-                              [helper.make_tensor_value_info("c4", TensorProto.FLOAT, None)], initializer=inits)
+                              [helper.make_tensor_value_info("c5", TensorProto.FLOAT, None)], initializer=inits)
     path = tmp_path / "wide.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
@@ -92,9 +94,9 @@ def _widths(graph) -> dict[str, list[int]]:
     out = {}
     for task in graph.tasks:
         script = graph.task_funcs[task.id].script()
-        found = re.search(r'for nn, yy, xx, ff, ry, rx, rc in T\.grid\(T\.int64\(1\), T\.int64\((\d+)\), T\.int64\((\d+)\)',
-                          script) or re.search(r'for i, y, x, ff, ry, rx, rc in T\.grid\(T\.int64\(1\), '
-                                               r'T\.int64\((\d+)\), T\.int64\((\d+)\)', script)
+        # the convolution block's loops: batch, height, width, channels and three reduction loops
+        found = re.search(r"for \w+, \w+, \w+, \w+, \w+, \w+, \w+ in T\.grid\(T\.int64\(1\), T\.int64\((\d+)\), "
+                          r"T\.int64\((\d+)\)", script)
         if found:
             out[task.name] = [int(found.group(1)), int(found.group(2))]
     return out
@@ -110,11 +112,11 @@ def test_compute_bound_stride_1_convolutions_are_widened_for_six_rows(tmp_path):
                                          Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, 6)))
     assert used.conv_layout == "NHWC" and not fallbacks
     widths = sorted(_widths(graph).values())
-    assert widths == [[7, 7], [14, 14], [14, 15], [14, 15]], widths  # the 1x1 and the stride-2 one as they were
+    assert widths == [[4, 4], [14, 14], [14, 14], [14, 15]], widths  # c5, c1, c0 as they were; c2 widened
     scripts = [graph.task_funcs[t.id].script() for t in graph.tasks]
-    assert sum("T.grid(T.int64(1), T.int64(54), T.int64(16)" in s for s in scripts) == 1  # c4, flattened
+    assert sum("T.grid(T.int64(1), T.int64(54), T.int64(32)" in s for s in scripts) == 2  # c3 and c4, flattened
     unpadded, _, _ = lower_graph(load_model(str(model)).mod, Lowering("NHWC", fast_math=True, pad=None))
-    assert sorted(_widths(unpadded).values()) == [[7, 7], [7, 7], [14, 14], [14, 14], [14, 14]]
+    assert sorted(_widths(unpadded).values()) == [[4, 4], [7, 7], [7, 7], [14, 14], [14, 14], [14, 14]]
 
 
 def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path):
@@ -137,9 +139,13 @@ def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path)
         spatial = tiles[task.id][:4]
         pixels = spatial[1][3] * spatial[2][3]
         assert pixels == 6 and spatial[3][3] == 16, (task.name, spatial)
-    (flat,) = [t for t in graph.tasks if "T.int64(54)" in graph.task_funcs[t.id].script()]
-    spatial = tiles[flat.id][:3]  # batch, pixels, channels
-    assert spatial[1][3] == 6 and spatial[2][3] == 16, spatial
+    flat = [t for t in graph.tasks if "T.int64(54)" in graph.task_funcs[t.id].script()]
+    assert len(flat) == 2
+    for task in flat:
+        spatial = tiles[task.id][:3]  # batch, pixels, channels
+        assert spatial[1][3] == 6 and spatial[2][3] == 16, spatial
+    (strided,) = [t for t in graph.tasks if "T.int64(16), T.int64(1), T.int64(1), T.int64(32)" in graph.task_funcs[t.id].script()]
+    assert _widths(graph)[strided.name] == [4, 4]
 
 
 @pytest.mark.parametrize("size", [14, 28])
