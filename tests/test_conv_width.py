@@ -51,12 +51,12 @@ def _model(tmp_path, size: int = 14):
 
     a = conv("c0", "x", 24, 32, 3, pad=1)  # reads the NCHW input in place (layout_ops): not widened
     nodes.append(helper.make_node("Relu", [a], ["r0"]))
-    b = conv("c1", "r0", 32, 32, 1)  # 32: memory-bound, left alone
+    b = conv("c1", "r0", 32, 32, 1)  # memory-bound: widened too
     nodes.append(helper.make_node("Add", [b, "r0"], ["res"]))
     c = conv("c2", "res", 32, 32, 3, pad=2, dilation=2)  # 288: widened
     d = conv("c3", c, 32, 32, 3, stride=2, pad=1)  # strided: widened too (7 x 7: flattened)
     e = conv("c4", d, 32, 32, 3, pad=1)  # on the halved map: 7 x 7 is flattened (49 -> 54 pixels)
-    conv("c5", e, 32, 16, 1, stride=2)  # strided, unpadded, 4 x 4: too small, left alone
+    conv("c5", e, 32, 16, 1, stride=2)  # strided, unpadded, 4 x 4: flattened (16 -> 18 pixels)
     graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, size, size])],
                               [helper.make_tensor_value_info("c5", TensorProto.FLOAT, None)], initializer=inits)
     path = tmp_path / "wide.onnx"
@@ -76,14 +76,12 @@ def test_small_maps_are_flattened_when_no_wider_width_holds_a_tile(width, height
     assert flat_pixels(width, height, rows) == pixels
 
 
-def test_only_compute_bound_convolutions_with_whole_two_vector_rows_are_widened():
-    from tlmpack.conv_width import MIN_MACS, widens
-    from tlmpack.schedule.heuristics.x86_matmul import TAIL_IN_TILE_MAX_MACS
+def test_only_convolutions_with_whole_two_vector_rows_are_widened():
+    from tlmpack.conv_width import widens
 
-    assert MIN_MACS == TAIL_IN_TILE_MAX_MACS  # the rules' memory-bound bound, in one place
     assert widens([1, 56, 56, 64], [64, 3, 3, 64], 16)
+    assert widens([1, 56, 56, 64], [256, 1, 1, 64], 16)  # memory-bound too
     assert not widens([1, 56, 56, 144], [24, 1, 1, 144], 16)  # 24 channels: one vector, more rows
-    assert not widens([1, 56, 56, 64], [256, 1, 1, 64], 16)  # 64 multiply-adds: memory-bound
     assert not widens([1, 56, 56, 64], [48, 3, 3, 64], 32)  # AVX-512: 48 channels are not 2 x 16 lanes
 
 
@@ -102,7 +100,7 @@ def _widths(graph) -> dict[str, list[int]]:
     return out
 
 
-def test_compute_bound_stride_1_convolutions_are_widened_for_six_rows(tmp_path):
+def test_convolutions_are_widened_or_flattened_for_six_rows(tmp_path):
     from tlmpack.frontend import load_model
     from tlmpack.graph_fallbacks import Lowering, lower_graph
     from tlmpack.relax_rewrites import policy_for
@@ -112,9 +110,10 @@ def test_compute_bound_stride_1_convolutions_are_widened_for_six_rows(tmp_path):
                                          Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, 6)))
     assert used.conv_layout == "NHWC" and not fallbacks
     widths = sorted(_widths(graph).values())
-    assert widths == [[4, 4], [14, 14], [14, 14], [14, 15]], widths  # c5, c1, c0 as they were; c2 widened
+    assert widths == [[14, 14], [14, 15], [14, 15]], widths  # c0 (reads the NCHW input) as it was; c1, c2 widened
     scripts = [graph.task_funcs[t.id].script() for t in graph.tasks]
     assert sum("T.grid(T.int64(1), T.int64(54), T.int64(32)" in s for s in scripts) == 2  # c3 and c4, flattened
+    assert sum("T.grid(T.int64(1), T.int64(18), T.int64(16)" in s for s in scripts) == 1  # c5
     unpadded, _, _ = lower_graph(load_model(str(model)).mod, Lowering("NHWC", fast_math=True, pad=None))
     assert sorted(_widths(unpadded).values()) == [[4, 4], [7, 7], [7, 7], [14, 14], [14, 14], [14, 14]]
 
@@ -144,8 +143,8 @@ def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path)
     for task in flat:
         spatial = tiles[task.id][:3]  # batch, pixels, channels
         assert spatial[1][3] == 6 and spatial[2][3] == 16, spatial
-    (strided,) = [t for t in graph.tasks if "T.int64(16), T.int64(1), T.int64(1), T.int64(32)" in graph.task_funcs[t.id].script()]
-    assert _widths(graph)[strided.name] == [4, 4]
+    (strided,) = [t for t in graph.tasks if "T.int64(18), T.int64(16)" in graph.task_funcs[t.id].script()]
+    assert tiles[strided.id][1][3] == 6, tiles[strided.id]  # c5: 6 of its 18 flattened pixels
 
 
 @pytest.mark.parametrize("size", [14, 28])

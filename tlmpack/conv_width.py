@@ -4,7 +4,7 @@ The x86 rules hold ``rows`` pixels of two vectors in registers (heuristics/x86_m
 rows x second rows taken from the output's width and height). MetaSchedule's space has perfect tiles
 only, and the maps of most CNNs are 2^k x 7 pixels (56, 28, 14, 7), which have no 3 or 6: an AVX2
 convolution gets 4 pixels (8 accumulators), too few to hide the FMA latency. This rewrite legalizes an
-ungrouped, compute-bound NHWC convolution (any stride) whose width and height give no such tile into a
+ungrouped NHWC convolution (any stride) whose width and height give no such tile into a
 kernel that computes
 ``wide`` >= W output columns (56 -> 60, so 6 pixels of a row; 14 -> 15, so 3 x 2) and copies the first W
 back:
@@ -34,11 +34,6 @@ from typing import Any
 MAX_EXTRA = 0.08  # at most this fraction of extra output columns (56 -> 60, 28 -> 30, 14 -> 15)
 MIN_WIDTH = 8  # narrower maps are flattened instead (flat_pixels)
 MAX_FLAT_EXTRA = 0.125  # a flattened map may add this fraction of pixels (7 x 7: 49 -> 54)
-# only convolutions with more multiply-adds per output than this are widened: the rules' bound for a
-# memory-bound convolution (heuristics/x86_matmul.TAIL_IN_TILE_MAX_MACS), whose time is its traffic and
-# not its accumulators (MobileNetV2's 1 x 1 convolutions over 16-144 channels, alone, 2 threads:
-# 0.82-1.19 of their time, 0.99 in all; over 192-576 channels 0.85-0.98)
-MIN_MACS = 160
 
 
 def _divisors(n: int) -> list[int]:
@@ -130,10 +125,13 @@ def wide_conv2d_te(data, kernel, strides, padding, dilation, wide: int, out_dtyp
 
 
 def widens(data: list[int], kernel: list[int], columns: int) -> bool:
-    """Whether an NHWC x OHWI convolution is one this rewrite is for: compute-bound (MIN_MACS)
-    and with whole two-vector rows of output channels (``columns``), so the rules' tile is 2 vectors x
-    ``rows`` pixels (a narrower channel count takes one vector and more rows)."""
-    return kernel[1] * kernel[2] * kernel[3] > MIN_MACS and kernel[0] % columns == 0
+    """Whether an NHWC x OHWI convolution is one this rewrite is for: whole two-vector rows of output
+    channels (``columns``), so the rules' tile is 2 vectors x ``rows`` pixels (a narrower channel count
+    takes one vector and more rows). Memory-bound ones too: alone (hot cache) MobileNetV2's 1 x 1
+    convolutions over 16-144 channels measured 0.82-1.19 of their time, but in the whole model, paired
+    against a build that left them alone, MobileNetV2 ran 0.93 and 0.98 of its time, ResNet-50 0.98 and
+    0.99, EfficientNet-B0 0.99 (BENCHMARKS.md, 2026-12-06)."""
+    return len(kernel) == 4 and kernel[0] % columns == 0
 
 
 def wide_conv_legalizer(rows: int, columns: int) -> Callable[[Any, Any], Any]:
