@@ -43,6 +43,16 @@ def test_a_child_over_its_cpu_budget_is_stopped():
     assert isinstance(outcome, OverBudget) and "CPU" in outcome.reason
 
 
+def _busy() -> int:
+    return sum(range(3_000_000))  # some tens of ms of CPU, done before the parent's first look
+
+
+def test_a_child_that_finishes_before_the_first_look_still_answers_to_its_cpu_budget():
+    outcome = run_guarded(_busy, (), cpu_s=0.0, max_rss_bytes=1 << 40, poll_s=10.0)
+    assert isinstance(outcome, OverBudget) and "over 0 s of CPU" in outcome.reason
+    assert run_guarded(_busy, (), cpu_s=30, max_rss_bytes=1 << 40, poll_s=10.0) == sum(range(3_000_000))
+
+
 def test_a_child_over_its_memory_budget_is_stopped():
     outcome = run_guarded(_hoard, (), cpu_s=60, max_rss_bytes=1 << 30)
     assert isinstance(outcome, OverBudget) and "memory" in outcome.reason

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,13 +63,21 @@ def _usage(pid: int) -> tuple[float, int]:
 
 def _child_main(conn, fn: Callable[..., Any], args: tuple) -> None:
     die_with_parent()
+    started = time.process_time()
     try:
         result: Any = fn(*args)
     except Exception as e:  # noqa: BLE001  any failure is the build's answer
         text = str(e).strip().splitlines()
         result = OverBudget(f"{type(e).__name__}: {(text[0] if text else '')[:200]}")
-    conn.send(result)
+    conn.send((result, time.process_time() - started))  # the CPU it took: a run between two polls counts too
     conn.close()
+
+
+def _answer(received: tuple[Any, float], cpu_s: float) -> Any:
+    """The child's result, or OverBudget when it took more than ``cpu_s`` CPU seconds all the same
+    (it finished before the parent's next look at it)."""
+    result, cpu = received
+    return OverBudget(f"over {cpu_s:.0f} s of CPU") if cpu > cpu_s else result
 
 
 def run_guarded(fn: Callable[..., Any], args: tuple, cpu_s: float, max_rss_bytes: int,
@@ -88,12 +97,12 @@ def run_guarded(fn: Callable[..., Any], args: tuple, cpu_s: float, max_rss_bytes
         while True:
             if receive.poll(poll_s):
                 try:
-                    return receive.recv()
+                    return _answer(receive.recv(), cpu_s)
                 except EOFError:
                     break
             if not child.is_alive():
                 if receive.poll(0):
-                    return receive.recv()
+                    return _answer(receive.recv(), cpu_s)
                 break
             cpu, rss = _usage(child.pid)
             if cpu > cpu_s:
