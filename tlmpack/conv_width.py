@@ -29,7 +29,7 @@ It keeps the model's meaning exactly: every output element sums the same product
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_EXTRA = 0.08  # at most this fraction of extra output columns (56 -> 60, 28 -> 30, 14 -> 15)
 MIN_WIDTH = 8  # narrower maps are flattened instead (flat_pixels)
@@ -73,6 +73,50 @@ def flat_pixels(width: int, height: int, rows: int) -> int:
     return up if up - pixels <= MAX_FLAT_EXTRA * pixels else pixels
 
 
+class ConvShape(NamedTuple):
+    """A 2-D convolution's sizes (data N, C, H, W; kernel F, KH, KW; strides, dilation, padding) and its output's."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    f: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    top: int
+    left: int
+    bottom: int
+    right: int
+    out_h: int
+    out_w: int
+
+    @property
+    def padded(self) -> bool:
+        return bool(self.top or self.left or self.bottom or self.right)
+
+
+def conv_shape(data_shape, kernel_shape, strides, padding, dilation, channels_first: bool = False) -> ConvShape:
+    """The sizes of a convolution of NHWC (or, ``channels_first``, NCHW) data with an OHWI kernel."""
+    n, c, h, w = (int(d) for d in data_shape) if channels_first else (int(data_shape[i]) for i in (0, 3, 1, 2))
+    f, kh, kw = (int(kernel_shape[i]) for i in range(3))
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    top, left, bottom, right = (int(p) for p in padding)
+    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    return ConvShape(n, c, h, w, f, kh, kw, sh, sw, dh, dw, top, left, bottom, right, out_h, out_w)
+
+
+def out_dtype_of(call) -> str:
+    """A Relax convolution's output dtype: its ``out_dtype``, else its data's."""
+    out_dtype = str(call.attrs.out_dtype or "")
+    return str(call.args[0].ty.dtype) if out_dtype in ("", "None", "void") else out_dtype
+
+
 def _static(shape) -> list[int] | None:
     try:
         return [int(d) for d in shape]
@@ -85,13 +129,8 @@ def wide_conv2d_te(data, kernel, strides, padding, dilation, wide: int, out_dtyp
     over ``wide`` pixels of one flattened loop, then the first H x W."""
     from tvm import te, tirx
 
-    n, h, w, c = (int(d) for d in data.shape)
-    f, kh, kw, _ = (int(d) for d in kernel.shape)
-    sh, sw = (int(s) for s in strides)
-    dh, dw = (int(d) for d in dilation)
-    top, left, bottom, right = (int(p) for p in padding)
-    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    n, c, h, w, f, kh, kw, sh, sw, dh, dw, top, left, bottom, right, out_h, out_w = conv_shape(
+        data.shape, kernel.shape, strides, padding, dilation)
     if top or left or bottom or right:
         in_w = w + left + right if flat else (wide - 1) * sw + (kw - 1) * dw + 1
 
@@ -146,19 +185,14 @@ def wide_conv_legalizer(rows: int, columns: int) -> Callable[[Any, Any], Any]:
                 or str(attrs.out_layout) != "NHWC" or int(attrs.groups) != 1
                 or not widens(data, kernel, columns)):
             return _nn_conv2d(bb, call)
-        padding = [int(p) for p in attrs.padding]
-        dilation = [int(d) for d in attrs.dilation]
-        strides = [int(x) for x in attrs.strides]
-        out_h = (data[1] + padding[0] + padding[2] - (kernel[1] - 1) * dilation[0] - 1) // strides[0] + 1
-        out_w = (data[2] + padding[1] + padding[3] - (kernel[2] - 1) * dilation[1] - 1) // strides[1] + 1
+        padding, dilation, strides = ([int(v) for v in a] for a in (attrs.padding, attrs.dilation, attrs.strides))
+        out_h, out_w = conv_shape(data, kernel, strides, padding, dilation)[-2:]
         wide, flat = wider_width(out_w, out_h, rows), False
         if wide == out_w:
             wide, flat = flat_pixels(out_w, out_h, rows), True
             if wide == out_w * out_h:
                 return _nn_conv2d(bb, call)
-        out_dtype = str(attrs.out_dtype or "")
-        if out_dtype in ("", "None", "void"):
-            out_dtype = str(call.args[0].ty.dtype)
+        out_dtype = out_dtype_of(call)
         return bb.call_te(wide_conv2d_te, call.args[0], call.args[1], strides, padding, dilation, wide, out_dtype,
                           flat, primfunc_name_hint="conv2d")
 

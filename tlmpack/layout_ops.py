@@ -321,13 +321,10 @@ def nchw_input_conv2d_te(data, kernel, strides, padding, dilation, out_dtype: st
     so no transpose is written anywhere."""
     from tvm import te, tirx
 
-    n, c, h, w = (int(d) for d in data.shape)
-    f, kh, kw, _ = (int(d) for d in kernel.shape)
-    sh, sw = (int(s) for s in strides)
-    dh, dw = (int(d) for d in dilation)
-    top, left, bottom, right = (int(p) for p in padding)
-    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    from .conv_width import conv_shape
+
+    n, c, h, w, f, kh, kw, sh, sw, dh, dw, top, left, bottom, right, out_h, out_w = conv_shape(
+        data.shape, kernel.shape, strides, padding, dilation, channels_first=True)
     source = data
     if top or left or bottom or right:
         source = te.compute((n, c, h + top + bottom, w + left + right), lambda i, ch, y, x: tirx.if_then_else(
@@ -343,9 +340,9 @@ def nchw_input_conv2d_te(data, kernel, strides, padding, dilation, out_dtype: st
 
 def legalize_nchw_input_conv2d(bb, call):
     """The LegalizeOps entry for a convolution reads_nchw_writes_nhwc."""
-    out_dtype = str(call.attrs.out_dtype or "")
-    if out_dtype in ("", "None", "void"):
-        out_dtype = str(call.args[0].ty.dtype)
+    from .conv_width import out_dtype_of
+
+    out_dtype = out_dtype_of(call)
     a = call.attrs
     return bb.call_te(nchw_input_conv2d_te, call.args[0], call.args[1], [int(s) for s in a.strides],
                       [int(p) for p in a.padding], [int(d) for d in a.dilation], out_dtype,
