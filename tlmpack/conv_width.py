@@ -4,10 +4,9 @@ The x86 rules hold ``rows`` pixels of two vectors in registers (heuristics/x86_m
 rows x second rows taken from the output's width and height). MetaSchedule's space has perfect tiles
 only, and the maps of most CNNs are 2^k x 7 pixels (56, 28, 14, 7), which have no 3 or 6: an AVX2
 convolution gets 4 pixels (8 accumulators), too few to hide the FMA latency. This rewrite legalizes an
-ungrouped NHWC convolution (any stride) whose width and height give no such tile into a
-kernel that computes
-``wide`` >= W output columns (56 -> 60, so 6 pixels of a row; 14 -> 15, so 3 x 2) and copies the first W
-back:
+ungrouped NHWC convolution (any stride) whose width and height give no such tile into a kernel that
+computes ``wide`` >= W output columns (56 -> 60, so 6 pixels of a row; 14 -> 15, so 3 x 2) and copies
+the first W back:
 
 - the input is read as before where it exists; the columns past it come from the zero padding (a
   padded convolution) or from the last real column (an unpadded one, whose index is clamped: no
