@@ -24,12 +24,12 @@ def graphs(model: str, rows: int):
     from tlmpack.relax_rewrites import policy_for
 
     lowering = Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, rows))
-    widened = fallbacks._conv_rows
+    widened = fallbacks._conv_tile
     try:
-        fallbacks._conv_rows = lambda lw: 0
+        fallbacks._conv_tile = lambda lw: (0, 0)
         plain, _, _ = lower_graph(load_model(model).mod, lowering)
     finally:
-        fallbacks._conv_rows = widened
+        fallbacks._conv_tile = widened
     wide, _, _ = lower_graph(load_model(model).mod, lowering)
     return plain, wide
 

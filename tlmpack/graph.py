@@ -144,8 +144,8 @@ def has_conv2d(mod) -> bool:
 
 
 def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
-                pad_policy: PadPolicy | None = X86_PAD_POLICY, layout_ops: bool = True, conv_rows: int = 0,
-                conv_columns: int = 16):
+                pad_policy: PadPolicy | None = X86_PAD_POLICY, layout_ops: bool = True,
+                conv_tile: tuple[int, int] = (0, 0)):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
     TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86), sigmoid
@@ -157,8 +157,8 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     so is ``layout_ops`` (layout_ops.py: with a conv layout, the importer's TIR calls for Pad and Clip
     become Relax ops first, so ConvertLayout leaves no transposes around them, and a transpose
     that only moves unit axes becomes a reshape, so a view): graph_fallbacks.py
-    switches each off when TVM trips over it. ``conv_rows`` x ``conv_columns``: the register tile
-    (pixels x channels) a channels-last convolution is widened for (conv_width.py; 0 rows: none)."""
+    switches each off when TVM trips over it. ``conv_tile``: the register tile (pixels, channels)
+    a channels-last convolution is widened for (conv_width.py; 0 pixels: none)."""
     import tvm
     from tvm import relax
 
@@ -174,7 +174,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         mod = rewrites.before_conversion(mod)  # a failure here is a LayoutRewriteError: its own fallback
     keep = {op: (lambda bb, call: call) for op in VIEW_OPS}
     if conv_layout == "NHWC":
-        keep["relax.nn.conv2d"] = _conv2d_legalizer(conv_rows, conv_columns)
+        keep["relax.nn.conv2d"] = _conv2d_legalizer(*conv_tile)
     passes = tvm.ir.transform.Sequential([
         small_powers_pass(),  # x ** 3 as x * x * x: a scalar powf per element otherwise
         *([sigmoid_through_exp_pass(), relax.transform.FastMathTransform()]  # rewrite Relax ops: first

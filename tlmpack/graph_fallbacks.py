@@ -74,12 +74,13 @@ _OPTIONAL = (
 )
 
 
-def _conv_rows(lowering: Lowering) -> int:
-    """The pixels a channels-last convolution's register tile wants (conv_width.py), part of the
-    awkward-extents padding: the x86 rows its policy pads matmuls to, none without it."""
+def _conv_tile(lowering: Lowering) -> tuple[int, int]:
+    """(pixels, channels) of the register tile a channels-last convolution is widened for
+    (conv_width.py), part of the awkward-extents padding: the x86 rows its policy pads matmuls to and
+    its widest column multiple; (0, 0), no widening, without it."""
     if lowering.pad is None or lowering.conv_layout != "NHWC" or not lowering.pad.rows:
-        return 0
-    return lowering.pad.rows[0]
+        return 0, 0
+    return lowering.pad.rows[0], lowering.pad.multiples[0]
 
 
 def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
@@ -103,8 +104,7 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             culprit = None
             graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
                                           fold_constants=current.fold_constants, pad_policy=None,
-                                          layout_ops=current.layout_ops, conv_rows=_conv_rows(current),
-                                          conv_columns=current.pad.multiples[0] if current.pad else 16),
+                                          layout_ops=current.layout_ops, conv_tile=_conv_tile(current)),
                               task_prefix=task_prefix, materialize=materialize)
             graph.padded_matmuls = count
             if lifts or folds:
