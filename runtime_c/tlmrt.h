@@ -103,7 +103,10 @@ tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index, tlmrt_tensor
 /* Runs the model once. inputs[i] points to input i's bytes (C order, exactly
  * input_info(i).nbytes of them, given in input_nbytes[i]); outputs[i] receives output i.
  * Allocates nothing itself (kernels may take workspace through the runtime's hook): copies inputs
- * into the arena, calls the kernels, copies outputs out. Parallel kernels use the model's thread
+ * into the arena, calls the kernels, copies outputs out. A CPU model computes an output straight
+ * into the caller's buffer instead when the buffer is 64-byte aligned and the output is a kernel's
+ * own result (not a view of another tensor): no copy, and the arena does not hold it after the run
+ * (so tlmrt_model_output_buffer is for outputs given no buffer). Parallel kernels use the model's thread
  * pool, the calling thread being one of its threads. A CUDA model takes host buffers here too: it
  * copies them to its device arena on its stream, launches the kernels (or replays their CUDA
  * graph), copies the outputs back and synchronizes before returning.
@@ -132,7 +135,8 @@ tlmrt_status tlmrt_model_run_io(tlmrt_model* m, const tlmrt_io* inputs, const tl
 
 /* Where output `index` lives in the arena of the calling thread's last run of this model: a host
  * pointer for a CPU model, a device pointer on the model's device for a CUDA model. Valid until the
- * next run or close; for zero-copy export of outputs (DLPack). */
+ * next run or close; for zero-copy export of outputs (DLPack). Meant for outputs that run was given
+ * no buffer for: a CPU model may have written one it was given a buffer for there and not here. */
 tlmrt_status tlmrt_model_output_buffer(tlmrt_model* m, int32_t index, tlmrt_io* out);
 
 /* The CUstream a CUDA model runs on (NULL for a CPU model), so callers can order their own work

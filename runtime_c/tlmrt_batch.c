@@ -62,7 +62,7 @@ static tlmrt_status make_slot(tlmrt_batch* b, int32_t n, char* err, size_t cap) 
   uint64_t size = b->arena_bytes == 0 ? TLMRT_ALIGNMENT : (b->arena_bytes + TLMRT_ALIGNMENT - 1u) & ~(uint64_t)(TLMRT_ALIGNMENT - 1u);
   uint8_t* arena = b->slot_arena[n];  /* left by an earlier attempt that failed after it, with some contexts in it */
   if (arena == NULL) {
-    arena = (uint8_t*)tlmrt_alloc_aligned(size);
+    arena = (uint8_t*)tlmrt_alloc_large(size);
     if (arena == NULL) {
       return tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "cannot allocate the arena (%" PRIu64 " bytes)", size);
     }

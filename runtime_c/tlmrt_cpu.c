@@ -737,6 +737,7 @@ typedef struct {
   size_t* step_first_arg;               /* plan->num_steps */
   int* step_tasks;                      /* plan->num_steps launch task counts (0: the pool's default), or NULL */
   uint64_t total_args;
+  int32_t* direct_outputs;              /* plan->num_outputs: the tensor a run may write in the caller's buffer, or -1 */
   char description[64];
 } cpu_model;
 
@@ -829,6 +830,63 @@ static tlmrt_status build_shared(cpu_model* m, char* err, size_t err_cap) {
   return TLMRT_OK;
 }
 
+static int is_input_tensor(const tlmrt_plan* plan, int32_t t) {
+  for (int32_t i = 0; i < plan->num_inputs; ++i) {
+    if (plan->inputs[i].tensor == t) return 1;
+  }
+  return 0;
+}
+
+/* Which outputs a run may compute straight into the caller's buffer, instead of into the arena and
+ * then copied out (GPT-2's 25.7 MB of logits: 3 ms a run). An output qualifies when the step that
+ * first names it writes it (kernels take their outputs last: destination-passing style), it is not an
+ * input nor another output's tensor, and no other tensor over its arena bytes is used at or after that
+ * step (an alias would still be written or read in the arena; a tensor placed there earlier and dead
+ * by then is not). Outputs count as used after the last step. The rest are copied, as before. */
+static tlmrt_status find_direct_outputs(cpu_model* m, char* err, size_t err_cap) {
+  const tlmrt_plan* plan = m->plan;
+  size_t nt = plan->num_tensors > 0 ? (size_t)plan->num_tensors : 1u;
+  m->direct_outputs = (int32_t*)malloc((plan->num_outputs > 0 ? (size_t)plan->num_outputs : 1u) * sizeof(int32_t));
+  int32_t* first = (int32_t*)malloc(nt * sizeof(int32_t)); /* the first and last step naming each tensor */
+  int32_t* last = (int32_t*)malloc(nt * sizeof(int32_t));
+  if (m->direct_outputs == NULL || first == NULL || last == NULL) {
+    free(first);
+    free(last);
+    return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  for (size_t u = 0; u < nt; ++u) {
+    first[u] = plan->num_steps;
+    last[u] = -1;
+  }
+  for (int32_t s = 0; s < plan->num_steps; ++s) {
+    const tlmrt_plan_step* st = &plan->steps[s];
+    for (int32_t a = 0; a < st->num_args; ++a) {
+      int32_t u = st->args[a];
+      if (s < first[u]) first[u] = s;
+      last[u] = s;
+    }
+  }
+  for (int32_t j = 0; j < plan->num_outputs; ++j) last[plan->outputs[j].tensor] = plan->num_steps;
+  for (int32_t i = 0; i < plan->num_outputs; ++i) {
+    int32_t t = plan->outputs[i].tensor;
+    const tlmrt_plan_tensor* out = &plan->tensors[t];
+    int32_t w = first[t];
+    int ok = out->storage == TLMRT_STORAGE_ARENA && out->nbytes > 0 && w < plan->num_steps &&
+             plan->steps[w].args[plan->steps[w].num_args - 1] == t && !is_input_tensor(plan, t);
+    for (int32_t j = 0; ok && j < plan->num_outputs; ++j) ok = j == i || plan->outputs[j].tensor != t;
+    for (int32_t u = 0; ok && u < plan->num_tensors; ++u) {
+      const tlmrt_plan_tensor* other = &plan->tensors[u];
+      if (u == t || other->storage != TLMRT_STORAGE_ARENA || other->nbytes == 0) continue;
+      if (other->offset >= out->offset + out->nbytes || out->offset >= other->offset + other->nbytes) continue;
+      ok = last[u] < w;
+    }
+    m->direct_outputs[i] = ok ? t : -1;
+  }
+  free(first);
+  free(last);
+  return TLMRT_OK;
+}
+
 static void cpu_ctx_destroy(void* state, void* ctx) {
   (void)state;
   cpu_ctx* c = (cpu_ctx*)ctx;
@@ -847,7 +905,7 @@ static tlmrt_status cpu_ctx_create(void* state, void* arena, void** out_ctx, cha
   cpu_ctx* c = (cpu_ctx*)calloc(1, sizeof(cpu_ctx));
   if (c == NULL) return tlmrt_errorf(err, err_cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   c->own_arena = arena == NULL;
-  c->arena = arena != NULL ? (uint8_t*)arena : (uint8_t*)tlmrt_alloc_aligned(plan->arena_bytes);
+  c->arena = arena != NULL ? (uint8_t*)arena : (uint8_t*)tlmrt_alloc_large(plan->arena_bytes);
   c->tensors = (tlmrt_dltensor*)calloc(nt > 0 ? nt : 1u, sizeof(tlmrt_dltensor));
   c->args = (tlmrt_ffi_any*)calloc(m->total_args > 0 ? (size_t)m->total_args : 1u, sizeof(tlmrt_ffi_any));
   if (c->arena == NULL || c->tensors == NULL || c->args == NULL) {
@@ -896,6 +954,7 @@ static void cpu_close(void* state) {
   if (m->dl_handle != NULL) dlclose(m->dl_handle);
   free(m->step_first_arg);
   free(m->step_tasks);
+  free(m->direct_outputs);
   free(m->shapes);
   tlmrt_release_weights(&m->weights);
   free(m);
@@ -946,6 +1005,7 @@ static tlmrt_status load_step_tasks(cpu_model* m, const char* plan_symbol, int t
 
 static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, const char* plan_symbol, void** out_state,
                              tlmrt_plan_tables* tables, char* err, size_t err_cap) {
+  int single_plan = plan_symbol == NULL;
   if (plan_symbol == NULL) plan_symbol = TLMRT_PLAN_SYMBOL;
   *out_state = NULL;
   cpu_model* m = (cpu_model*)calloc(1, sizeof(cpu_model));
@@ -958,7 +1018,10 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, const c
   }
   if (access(own, F_OK) == 0) weights_file = TLMRT_X86_WEIGHTS_FILE;
   free(own);
-  tlmrt_status s = tlmrt_load_weights(dir, weights_file, &m->weights, err, err_cap);
+  /* A model of one plan copies its weights onto huge pages; a dynamic-batch model's plans each open
+   * the file, so they keep sharing its page cache instead of holding one copy each. */
+  int private_copy = single_plan && tlmrt_huge_pages_wanted();
+  tlmrt_status s = tlmrt_load_weights(dir, weights_file, private_copy, &m->weights, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   if (opts->verify_files) {
     const char* must[] = {MODEL_FILE, weights_file};
@@ -1001,6 +1064,8 @@ static tlmrt_status cpu_open(const char* dir, const tlmrt_options* opts, const c
   if (s != TLMRT_OK) goto fail;
   s = build_shared(m, err, err_cap);
   if (s != TLMRT_OK) goto fail;
+  s = find_direct_outputs(m, err, err_cap);
+  if (s != TLMRT_OK) goto fail;
   s = tlmrt_cpu_pool_start(opts->num_threads, m->dl_handle, MODEL_FILE, &m->pool, err, err_cap);
   if (s != TLMRT_OK) goto fail;
   int nthreads = tlmrt_cpu_pool_threads(m->pool);
@@ -1024,6 +1089,14 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
   for (int32_t i = 0; i < plan->num_inputs; ++i) {
     const tlmrt_plan_tensor* t = &plan->tensors[plan->inputs[i].tensor];
     if (t->nbytes > 0) memcpy(c->arena + t->offset, inputs[i].data, (size_t)t->nbytes);
+  }
+  /* Outputs computed in place: the caller's buffer stands in for the arena's bytes for this run. The
+   * kernels assume 64-byte aligned tensors, so a buffer that is not takes the copy instead. */
+  for (int32_t i = 0; i < plan->num_outputs; ++i) {
+    int32_t t = m->direct_outputs[i];
+    if (t >= 0 && outputs[i].data != NULL && ((uintptr_t)outputs[i].data & (TLMRT_ALIGNMENT - 1u)) == 0) {
+      c->tensors[t].data = outputs[i].data;
+    }
   }
   if (prof != NULL) atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);
 
@@ -1053,13 +1126,17 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
   }
   if (m->step_tasks != NULL) held_pool_set_launch_tasks(0);
   tlmrt_cpu_pool_leave(saved);
-  if (s != TLMRT_OK) return s;
-
   io0 = prof != NULL ? tlmrt_now_ns() : 0;
   for (int32_t i = 0; i < plan->num_outputs; ++i) {
     const tlmrt_plan_tensor* t = &plan->tensors[plan->outputs[i].tensor];
-    if (outputs[i].data != NULL && t->nbytes > 0) memcpy(outputs[i].data, c->arena + t->offset, (size_t)t->nbytes);
+    uint8_t* home = c->arena + t->offset;
+    if (m->direct_outputs[i] >= 0 && c->tensors[m->direct_outputs[i]].data != home) {
+      c->tensors[m->direct_outputs[i]].data = home;  /* written in place: back to the arena for the next run */
+    } else if (s == TLMRT_OK && outputs[i].data != NULL && t->nbytes > 0) {
+      memcpy(outputs[i].data, home, (size_t)t->nbytes);
+    }
   }
+  if (s != TLMRT_OK) return s;
   if (prof != NULL) {
     atomic_fetch_add_explicit(&prof[plan->num_steps].calls, 1u, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);

@@ -828,7 +828,7 @@ static tlmrt_status cuda_open(const char* dir, const tlmrt_options* opts, const 
   tlmrt_status s = device_find(opts->device_id, &m->device, err, cap);
   if (s != TLMRT_OK) goto fail;
 
-  s = tlmrt_load_weights(dir, TLMRT_WEIGHTS_FILE, &w, err, cap);
+  s = tlmrt_load_weights(dir, TLMRT_WEIGHTS_FILE, 0, &w, err, cap);
   if (s != TLMRT_OK) goto fail;
   if (opts->verify_files) {
     const char* must[] = {PLAN_FILE, TLMRT_WEIGHTS_FILE};

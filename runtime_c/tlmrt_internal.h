@@ -103,20 +103,29 @@ tlmrt_status tlmrt_sha256sums_expect(const char* dir, const char* name, const ch
 char* tlmrt_join_path(const char* dir, const char* rel);
 /* aligned_alloc of n bytes rounded up to 64 (at least 64); NULL if n does not fit. */
 void* tlmrt_alloc_aligned(uint64_t n);
+/* An arena: from 2 MiB on, 2 MiB-aligned and advised to be backed by huge pages (the kernels stream
+ * it, and 4 KiB pages cost a TLB miss each); smaller, tlmrt_alloc_aligned. Freed with free(). */
+void* tlmrt_alloc_large(uint64_t n);
+/* Whether CPU models take huge pages: yes unless TLMRT_CPU_HUGE_PAGES=0 (the weights then stay a
+ * mapping of the file, shared through the page cache by every process that loads it). */
+int tlmrt_huge_pages_wanted(void);
 int tlmrt_is_sha256_hex(const char* s);
 
-/* weights.bin memory-mapped read-only (MAP_PRIVATE, page-aligned, followed by at least 64 zero
- * bytes) and hashed once from the mapping, so the bytes checked are the bytes used. */
+/* weights.bin read-only in memory (page-aligned, followed by at least 64 zero bytes): a private
+ * mapping of the file, or with private_copy an anonymous copy on huge pages (2 MiB-aligned). Hashed
+ * once from that memory, so the bytes checked are the bytes used. */
 typedef struct {
   const uint8_t* data;
   uint64_t size;
-  size_t map_len;    /* of the whole mapping (file pages + one zero page), for munmap */
+  size_t map_len;    /* of the whole mapping (file pages + one zero page, or the copy's), for munmap */
   char sha256[65];
   const char* file;  /* the artifact-relative name it was read from (a string literal) */
 } tlmrt_weights;
 
-/* Maps `file` (TLMRT_WEIGHTS_FILE or TLMRT_X86_WEIGHTS_FILE) from the artifact directory. */
-tlmrt_status tlmrt_load_weights(const char* dir, const char* file, tlmrt_weights* out, char* err, size_t err_cap);
+/* Maps `file` (TLMRT_WEIGHTS_FILE or TLMRT_X86_WEIGHTS_FILE) from the artifact directory; with
+ * private_copy, copies it onto huge pages (falling back to the mapping where that memory is refused). */
+tlmrt_status tlmrt_load_weights(const char* dir, const char* file, int private_copy, tlmrt_weights* out, char* err,
+                                size_t err_cap);
 /* Unmaps what tlmrt_load_weights mapped (nothing when it mapped nothing); safe to call twice. */
 void tlmrt_release_weights(tlmrt_weights* w);
 /* The plan's weights_bytes and weights_sha256 against the file's. `what` names the plan ("plan"). */

@@ -531,7 +531,8 @@ def _weights_mappings() -> list[str]:
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc/self/maps")
 def test_two_models_of_one_artifact_map_its_weights_read_only_and_unmap_them_at_close(
-        artifact: Path, needs_runtime: None) -> None:
+        artifact: Path, needs_runtime: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TLMRT_CPU_HUGE_PAGES", "0")  # the default copies them onto huge pages instead
     before = len(_weights_mappings())
     first = rt.load(artifact, device="cpu", num_threads=1)
     second = rt.load(artifact, device="cpu", num_threads=1)
@@ -546,3 +547,69 @@ def test_two_models_of_one_artifact_map_its_weights_read_only_and_unmap_them_at_
     first.close()
     second.close()
     assert len(_weights_mappings()) == before
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc/self/maps")
+def test_a_cpu_model_copies_its_weights_off_the_file_by_default(artifact: Path, needs_runtime: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TLMRT_CPU_HUGE_PAGES", raising=False)
+    before = _weights_mappings()
+    with rt.load(artifact, device="cpu", num_threads=1) as model:
+        assert _weights_mappings() == before  # a private copy (on huge pages where the kernel has them)
+        np.testing.assert_array_equal(model.run(["y"], {"x": X, "k": K})[0], X + fabricate.WEIGHTS)
+
+
+def _run_c(model, outputs: list[np.ndarray | None], k: np.ndarray = K) -> int:
+    """One run through the C API with the caller's output buffers (None: not asked for)."""
+    ins = (_capi.IO * 2)(_capi.IO(X.ctypes.data, X.nbytes, _capi.DEVICE_CPU, 0),
+                         _capi.IO(k.ctypes.data, k.nbytes, _capi.DEVICE_CPU, 0))
+    outs = (_capi.IO * 2)(*(_capi.IO(None, 0, _capi.DEVICE_CPU, 0) if o is None else
+                            _capi.IO(o.ctypes.data, o.nbytes, _capi.DEVICE_CPU, 0) for o in outputs))
+    return model._lib.lib.tlmrt_model_run_io(model._handle, ins, outs)
+
+
+def _nan_buffer(aligned: bool) -> np.ndarray:
+    """A 2 x 3 float32 buffer full of NaN, starting on a 64-byte boundary or 4 bytes past one."""
+    raw = np.full(6 + 32, np.nan, dtype=np.float32)
+    start = (-raw.ctypes.data % 64) // 4 + (0 if aligned else 1)
+    out = raw[start:start + 6].reshape(2, 3)
+    assert (out.ctypes.data % 64 == 0) == aligned
+    return out
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["in-place", "copied"])
+def test_outputs_land_in_the_callers_buffers_aligned_or_not(model, aligned: bool) -> None:
+    y, z = _nan_buffer(aligned), _nan_buffer(aligned)
+    for _ in range(2):
+        assert _run_c(model, [y, z]) == 0, model._lib.last_error(model._handle)
+        np.testing.assert_array_equal(y, X + fabricate.WEIGHTS)
+        np.testing.assert_array_equal(z, (X + fabricate.WEIGHTS) * 3)
+
+
+@pytest.mark.parametrize("first_run_fails", [False, True], ids=["after-a-run", "after-a-failed-run"])
+def test_an_output_written_in_place_is_back_in_the_arena_for_the_next_run(model, first_run_fails: bool) -> None:
+    y, z = _nan_buffer(True), _nan_buffer(True)
+    status = _run_c(model, [y, z], k=np.array([-1 if first_run_fails else 3], np.int32))
+    assert (status != 0) == first_run_fails  # k == -1: scale fails after add_w wrote y
+    y.fill(np.nan)
+    z2 = _nan_buffer(True)
+    assert _run_c(model, [None, z2]) == 0, model._lib.last_error(model._handle)  # y not asked: the arena's
+    np.testing.assert_array_equal(z2, (X + fabricate.WEIGHTS) * 3)
+    assert np.isnan(y).all()  # the last run's buffer is the caller's again
+    y2 = _nan_buffer(True)
+    assert _run_c(model, [y2, None]) == 0
+    np.testing.assert_array_equal(y2, X + fabricate.WEIGHTS)
+
+
+def test_an_output_that_views_another_kernels_tensor_is_copied_out(tmp_path: Path, needs_runtime: None) -> None:
+    artifact = fabricate.make_artifact(tmp_path / "view", view_output=True)
+    with rt.load(artifact, device="cpu", num_threads=1) as model:
+        y, z = _nan_buffer(True), _nan_buffer(True)
+        assert _run_c(model, [y, z]) == 0, model._lib.last_error(model._handle)
+        np.testing.assert_array_equal(y, X + fabricate.WEIGHTS)
+        np.testing.assert_array_equal(z, (X + fabricate.WEIGHTS) * 3)
+
+
+def test_run_returns_64_byte_aligned_outputs(model) -> None:
+    outs = model.run(None, {"x": X, "k": K})
+    assert all(o.ctypes.data % 64 == 0 and o.flags.c_contiguous and o.flags.writeable for o in outs)

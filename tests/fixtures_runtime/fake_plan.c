@@ -144,15 +144,25 @@ static const tlmrt_plan_tensor kTensors[] = {
     /* 2 w */ {TLMRT_STORAGE_WEIGHTS, 2, 32, 1, 0, 24, 2, kShape23},
     /* 3 y */ {TLMRT_STORAGE_ARENA, 2, 32, 1, 128, 24, 2, kShape23},
     /* 4 z */ {TLMRT_STORAGE_ARENA, 2, 32, 1, 192, 24, 2, kShape23},
+    /* 5 y as a view: the bytes of y under another tensor, as a reshape's output is */
+    {TLMRT_STORAGE_ARENA, 2, 32, 1, 128, 24, 2, kShape23},
 };
 static const int32_t kAddArgs[] = {0, 2, 3};
+#ifdef FAKE_VIEW_OUTPUT
+/* -DFAKE_VIEW_OUTPUT: output y is the view (tensor 5), which scale reads; add_w writes tensor 3. The
+ * runtime must not compute y in the caller's buffer: add_w would still write the arena. */
+static const int32_t kScaleArgs[] = {5, 1, 4};
+#define FAKE_Y 5
+#else
 static const int32_t kScaleArgs[] = {3, 1, 4};
+#define FAKE_Y 3
+#endif
 static const tlmrt_plan_step kSteps[] = {
     {"add_w", (tlmrt_packed_fn)__tvm_ffi_add_w, 3, kAddArgs},
     {"scale", (tlmrt_packed_fn)__tvm_ffi_scale, 3, kScaleArgs},
 };
 static const tlmrt_plan_io kInputs[] = {{"x", 0}, {"k", 1}};
-static const tlmrt_plan_io kOutputs[] = {{"y", 3}, {"z", 4}};
+static const tlmrt_plan_io kOutputs[] = {{"y", FAKE_Y}, {"z", 4}};
 
 static const tlmrt_plan kPlan = {
     TLMRT_PLAN_ABI_VERSION,
@@ -160,7 +170,7 @@ static const tlmrt_plan kPlan = {
     256,                 /* arena_bytes */
     FAKE_WEIGHTS_BYTES,  /* weights_bytes */
     FAKE_WEIGHTS_SHA256,
-    5, kTensors,
+    6, kTensors,
     2, kInputs,
     2, kOutputs,
     2, kSteps,

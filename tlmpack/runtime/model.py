@@ -41,6 +41,7 @@ from tlmpack.runtime.errors import (
     TlmpackError,
     TlmpackWarning,
 )
+from tlmpack.runtime.kernels import empty_aligned  # 64-byte aligned outputs are written in place
 from tlmpack.runtime.preflight import DTYPES, Device, check, select_target, specs_of
 from tlmpack.runtime.stage import private_copy
 
@@ -260,7 +261,7 @@ class Model:
         arrays = [None if view is not None else _as_input_array(spec, v)
                   for spec, v, view in zip(inputs, values, views, strict=True)]
         if not to_device and all(v is None for v in views):
-            outs: list[Any] = [np.empty(s.shape, dtype=s.dtype) for s in outputs]
+            outs: list[Any] = [empty_aligned(s.shape, s.dtype) for s in outputs]
             in_ptrs = (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
             out_ptrs = (ctypes.c_void_p * len(outs))(*(o.ctypes.data for o in outs))
             with self._lock:
@@ -278,7 +279,7 @@ class Model:
         asked = set(wanted)
         # a dynamic-batch model's outputs never stay in an arena: every one gets a buffer
         outs = [None if k not in asked and not self.batch_plans else self._new_cuda_array(s) if to_device
-                else np.empty(s.shape, dtype=s.dtype) for k, s in enumerate(outputs)]
+                else empty_aligned(s.shape, s.dtype) for k, s in enumerate(outputs)]
         out_io = (_capi.IO * len(outputs))()
         for k, (spec, o) in enumerate(zip(outputs, outs, strict=True)):
             if isinstance(o, CudaArray):
