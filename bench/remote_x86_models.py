@@ -21,6 +21,10 @@ with their loops split finer or coarser, in the same interleaved pass. K = 0 loa
 plan's step work splits its long convolutions (runtime_c/tlmrt_plan.h): engine VARIANT/steps; any
 K >= 1 switches that off and gives every launch K tasks a thread. A K named twice (``0 1 0``) times
 a second copy of the same engine (VARIANT/steps#2), the A/A control.
+
+``--runtime-lib NAME=PATH`` (repeatable) also loads every engine with TLMPACK_RUNTIME_LIB=PATH, another
+build of the C runtime (e.g. the previous commit's), as engine ENGINE@NAME in the same pass: a runtime
+change paired on the same artifacts.
 """
 
 from __future__ import annotations
@@ -82,30 +86,32 @@ def carried_reference(folders: list[Path], name: str) -> np.ndarray | None:
     return first
 
 
-def load_with_tasks(folder: Path, threads: int, tasks_per_thread: int | None):
-    """rt.load with TLMRT_CPU_TASKS_PER_THREAD set to ``tasks_per_thread`` (None or 0: as it is)."""
-    if not tasks_per_thread:
-        return rt.load(folder, device="cpu", num_threads=threads)
-    with environment({"TLMRT_CPU_TASKS_PER_THREAD": str(tasks_per_thread)}):
+def load_with(folder: Path, threads: int, settings: dict[str, str]):
+    """rt.load with these environment settings (the pool's tasks per thread, another C runtime)."""
+    with environment(settings):
         return rt.load(folder, device="cpu", num_threads=threads)
 
 
-def engines(variants: list[str], tasks: list[int] | None) -> list[tuple[str, str, int | None]]:
-    """(engine name, variant, tasks per thread) for every engine timed. A K given twice loads a
-    second copy (VARIANT/kK#2): the A/A control for the ratio between two K."""
-    if not tasks:
-        return [(v, v, None) for v in variants]
-    out: list[tuple[str, str, int | None]] = []
+def engines(variants: list[str], tasks: list[int] | None,
+            libs: dict[str, str] | None = None) -> list[tuple[str, str, dict[str, str]]]:
+    """(engine name, variant, environment at load) for every engine timed. A K given twice loads a
+    second copy (VARIANT/kK#2): the A/A control for the ratio between two K. Each runtime library
+    named in ``libs`` adds a copy of every engine loaded with it (ENGINE@NAME)."""
+    out: list[tuple[str, str, dict[str, str]]] = []
     for v in variants:
-        for k in tasks:
-            name = f"{v}/k{k}" if k else f"{v}/steps"
-            copies = sum(1 for _, variant, kk in out if (variant, kk) == (v, k))
-            out.append((f"{name}#{copies + 1}" if copies else name, v, k))
-    return out
+        for k in tasks or [None]:
+            name = v if k is None else f"{v}/k{k}" if k else f"{v}/steps"
+            copies = sum(1 for _, variant, env in out if variant == v and env.get("k") == str(k))
+            out.append((f"{name}#{copies + 1}" if copies else name, v,
+                        {"k": str(k)} | ({"TLMRT_CPU_TASKS_PER_THREAD": str(k)} if k else {})))
+    out += [(f"{e}@{lib}", v, env | {"TLMPACK_RUNTIME_LIB": path})
+            for lib, path in (libs or {}).items() for e, v, env in list(out)]
+    return [(e, v, {key: val for key, val in env.items() if key != "k"}) for e, v, env in out]
 
 
 def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, threads: list[int],
-            runs: int, tolerance: float, tasks: list[int] | None = None) -> dict:
+            runs: int, tolerance: float, tasks: list[int] | None = None,
+            libs: dict[str, str] | None = None) -> dict:
     from tlmpack import zoo
 
     dirs = {v: unpack(folders, name, v, variants[0], scratch) for v in variants}
@@ -126,8 +132,8 @@ def measure(name: str, variants: list[str], folders: list[Path], scratch: Path, 
             reference = carried
         fns = {"ort": lambda s=session: s.run(None, feed)}
         models = []
-        for v, variant, k in engines(variants, tasks):
-            model = load_with_tasks(dirs[variant], t, k)
+        for v, variant, settings in engines(variants, tasks, libs):
+            model = load_with(dirs[variant], t, settings)
             models.append(model)
             err = rel_err(model.run(None, feed)[0], reference)
             row["err"][v] = max(row["err"].get(v, 0.0), err)
@@ -182,7 +188,10 @@ def main() -> int:
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tasks-per-thread", type=int, nargs="+", help="time each variant at each of these")
+    ap.add_argument("--runtime-lib", action="append", default=[], metavar="NAME=PATH",
+                    help="also time every engine with this libtlmrt.so (ENGINE@NAME)")
     args = ap.parse_args()
+    libs = dict(item.split("=", 1) for item in args.runtime_lib)
     import onnxruntime
 
     print(f"{cpu_model()} ({cpu_flags()}), {os.cpu_count()} CPUs, onnxruntime {onnxruntime.__version__}", flush=True)
@@ -191,7 +200,7 @@ def main() -> int:
         for name in args.models:
             try:
                 rows.append(measure(name, args.variants, args.dir, Path(scratch), args.threads, args.runs,
-                                    args.tolerance, args.tasks_per_thread))
+                                    args.tolerance, args.tasks_per_thread, libs))
             except Exception as e:  # one broken model must not hide the others
                 rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
                 print(f"[{name}] {rows[-1]['error']}", flush=True)
@@ -199,7 +208,7 @@ def main() -> int:
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    names = [e for e, _, _ in engines(args.variants, args.tasks_per_thread)]
+    names = [e for e, _, _ in engines(args.variants, args.tasks_per_thread, libs)]
     print("\n" + "\n".join(table(rows, names, args.threads)))
     return 1 if any("error" in r for r in rows) else 0
 

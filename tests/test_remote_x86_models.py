@@ -36,11 +36,20 @@ def test_a_carried_reference_of_zeros_or_nan_is_refused(remote, tmp_path, bad):
 
 
 def test_tasks_per_thread_zero_is_the_artifact_as_built_and_others_switch_step_work_off(remote):
-    assert remote.engines(["auto"], [0, 1, 8]) == [("auto/steps", "auto", 0), ("auto/k1", "auto", 1),
-                                                  ("auto/k8", "auto", 8)]
-    assert remote.engines(["auto"], None) == [("auto", "auto", None)]
+    assert remote.engines(["auto"], [0, 1, 8]) == [("auto/steps", "auto", {}),
+                                                  ("auto/k1", "auto", {"TLMRT_CPU_TASKS_PER_THREAD": "1"}),
+                                                  ("auto/k8", "auto", {"TLMRT_CPU_TASKS_PER_THREAD": "8"})]
+    assert remote.engines(["auto"], None) == [("auto", "auto", {})]
 
 
 def test_a_tasks_per_thread_named_twice_times_a_second_copy_as_the_control(remote):
-    assert remote.engines(["auto"], [0, 1, 0]) == [("auto/steps", "auto", 0), ("auto/k1", "auto", 1),
-                                                  ("auto/steps#2", "auto", 0)]
+    assert [e for e, _, _ in remote.engines(["auto"], [0, 1, 0])] == ["auto/steps", "auto/k1", "auto/steps#2"]
+
+
+def test_another_runtime_library_times_a_copy_of_every_engine_loaded_with_it(remote):
+    assert remote.engines(["auto", "heuristic"], None, {"old": "/o/libtlmrt.so"}) == [
+        ("auto", "auto", {}), ("heuristic", "heuristic", {}),
+        ("auto@old", "auto", {"TLMPACK_RUNTIME_LIB": "/o/libtlmrt.so"}),
+        ("heuristic@old", "heuristic", {"TLMPACK_RUNTIME_LIB": "/o/libtlmrt.so"})]
+    assert remote.engines(["auto"], [1], {"old": "/o"})[1] == (
+        "auto/k1@old", "auto", {"TLMRT_CPU_TASKS_PER_THREAD": "1", "TLMPACK_RUNTIME_LIB": "/o"})
