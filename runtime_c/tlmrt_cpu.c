@@ -1091,12 +1091,13 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
     if (t->nbytes > 0) memcpy(c->arena + t->offset, inputs[i].data, (size_t)t->nbytes);
   }
   /* Outputs computed in place: the caller's buffer stands in for the arena's bytes for this run. The
-   * kernels assume 64-byte aligned tensors, so a buffer that is not takes the copy instead. */
+   * kernels assume 64-byte aligned tensors, so a buffer that is not takes the copy instead. Set every
+   * run, never left from the last: a context a thread held at fork() comes to the child mid-run. */
   for (int32_t i = 0; i < plan->num_outputs; ++i) {
     int32_t t = m->direct_outputs[i];
-    if (t >= 0 && outputs[i].data != NULL && ((uintptr_t)outputs[i].data & (TLMRT_ALIGNMENT - 1u)) == 0) {
-      c->tensors[t].data = outputs[i].data;
-    }
+    if (t < 0) continue;
+    int in_place = outputs[i].data != NULL && ((uintptr_t)outputs[i].data & (TLMRT_ALIGNMENT - 1u)) == 0;
+    c->tensors[t].data = in_place ? outputs[i].data : c->arena + plan->tensors[t].offset;
   }
   if (prof != NULL) atomic_fetch_add_explicit(&prof[plan->num_steps].ns, tlmrt_now_ns() - io0, memory_order_relaxed);
 
