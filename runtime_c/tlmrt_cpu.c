@@ -61,6 +61,7 @@
 #endif
 #define TLMRT_CPU_MAX_THREADS 1024
 #define SPIN_CLOCK_EVERY 64      /* pauses between two looks at the clock */
+#define TICKET_CLOSED 0xFFFFFFFFu /* a dynamic launch's ticket index once the launch is over */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -152,9 +153,11 @@ struct tlmrt_cpu_pool {
   int launch_tasks;    /* when > 0, what a launch of num_task 0 gets instead: the holder's current step's
                         * task count (cpu_run sets it per step from the plan's step work) */
 
-  /* The current launch; written by the caller before it bumps `generation`. Atomics (relaxed) only
-   * because a lagging worker of a dynamic pool may read them while the next launch writes them; it
-   * then finds the ticket of another generation and uses none of it. */
+  /* The current launch; written by the caller before it bumps `generation`. Atomics only because a
+   * lagging worker of a dynamic pool may read them while the next launch writes them. The caller
+   * closes a launch's ticket before it writes the next launch's fields (release), and a worker reads
+   * them (acquire) after the ticket it will claim: one that read the next launch's fields then fails
+   * to claim, as the ticket it holds is closed or gone (see claim_and_run). */
   _Atomic(tlmrt_parallel_lambda) flambda;
   _Atomic(void*) cdata;
   _Atomic int num_task;
@@ -219,14 +222,22 @@ static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
 }
 
 /* Dynamic pools: claims tasks of launch g one at a time until none is left (or the launch is over),
- * and runs them. The thread that finishes the last task wakes a sleeping caller. */
+ * and runs them. The thread that finishes the last task wakes a sleeping caller.
+ * The launch's fields are read after the ticket and before claiming from it. Read the other way
+ * round, a worker late for launch g could pair g's spent ticket (g, n_g) with launch g+1's larger
+ * task count, claim (g, n_g) before the caller set the ticket to g+1, and run a task of launch g+1
+ * outside the ticket: twice, and counted once too often, so that the caller waited for a count
+ * already passed (a hang seen at 16 threads on a loaded 16-core host). Now the caller closes the
+ * ticket of launch g (index TICKET_CLOSED) before it writes launch g+1's fields: a worker that read
+ * those fields finds the ticket it would claim gone, and its compare-exchange fails. */
 static void claim_and_run(tlmrt_cpu_pool* pool, uint32_t g) {
-  tlmrt_parallel_lambda flambda = atomic_load_explicit(&pool->flambda, memory_order_relaxed);
-  void* cdata = atomic_load_explicit(&pool->cdata, memory_order_relaxed);
-  uint32_t n = (uint32_t)atomic_load_explicit(&pool->num_task, memory_order_relaxed);
   uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
   for (;;) {
-    if ((uint32_t)(t >> 32) != g || (uint32_t)t >= n) return;
+    if ((uint32_t)(t >> 32) != g) return;
+    tlmrt_parallel_lambda flambda = atomic_load_explicit(&pool->flambda, memory_order_acquire);
+    void* cdata = atomic_load_explicit(&pool->cdata, memory_order_acquire);
+    uint32_t n = (uint32_t)atomic_load_explicit(&pool->num_task, memory_order_acquire);
+    if ((uint32_t)t >= n) return;  /* all claimed, or closed (TICKET_CLOSED is above any n) */
     if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1u, memory_order_acq_rel,
                                                memory_order_acquire)) {
       continue;  /* t now holds the ticket's current value */
@@ -339,9 +350,9 @@ static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int n
     return failed ? -1 : 0;
   }
   int n = num_task != 0 ? num_task : pool->launch_tasks > 0 ? pool->launch_tasks : pool->default_tasks;
-  atomic_store_explicit(&pool->flambda, flambda, memory_order_relaxed);
-  atomic_store_explicit(&pool->cdata, cdata, memory_order_relaxed);
-  atomic_store_explicit(&pool->num_task, n, memory_order_relaxed);
+  atomic_store_explicit(&pool->flambda, flambda, memory_order_release);
+  atomic_store_explicit(&pool->cdata, cdata, memory_order_release);
+  atomic_store_explicit(&pool->num_task, n, memory_order_release);
   atomic_store_explicit(&pool->failed, 0, memory_order_relaxed);
   uint64_t t0 = pool->wait_prof != NULL ? tlmrt_now_ns() : 0;
   int failed;
@@ -355,6 +366,8 @@ static int cpu_parallel_launch(tlmrt_parallel_lambda flambda, void* cdata, int n
     tls_current_pool = pool;
     if (pool->wait_prof != NULL) t0 = tlmrt_now_ns();
     pool_wait_tasks(pool, (uint32_t)n);
+    /* Closed before the next launch writes its fields: a lagging worker cannot claim from it. */
+    atomic_store_explicit(&pool->ticket, ((uint64_t)g << 32) | TICKET_CLOSED, memory_order_seq_cst);
     failed = 0;
   } else {
     pool->sync_handle = n <= pool->num_threads ? (void*)&pool->barrier : NULL;
