@@ -5,6 +5,9 @@
  *
  *   scale2(x float32[n], y float32[n], tasks int32[1]): y = 2 x, one parallel task per pool thread;
  *   tasks[0] = the number of tasks the launch hook ran (1 without a pool).
+ *   ticket_stress(hits int32[64], bad int32[1], launches int32[1]): `launches` parallel launches whose
+ *   task counts cycle through 64, 1, 7 and 33; each task counts itself in hits; bad[0] counts the
+ *   launches after which a task had not run exactly once (the pool's ticket protocol broken).
  *
  * Build: cc -std=c11 -O2 -shared -fPIC -Wl,-Bsymbolic -I runtime_c fake_kernels.c -o fake_kernels.so
  */
@@ -73,5 +76,42 @@ EXPORT int32_t __tvm_ffi_scale2(void* self, const TVMFFIAny* args, int32_t num_a
   if (__TVMBackendParallelLaunch == NULL) return fail("scale2: no launch hook");
   if (__TVMBackendParallelLaunch(scale_task, &c, 0) != 0) return -1;
   *(int32_t*)t[2]->data = c.num_task;
+  return 0;
+}
+
+typedef struct {
+  int32_t* hits;
+} hit_ctx;
+
+static int hit_task(int task_id, tlmrt_parallel_env* penv, void* cdata) {
+  (void)penv;
+  __atomic_fetch_add(&((hit_ctx*)cdata)->hits[task_id], 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+EXPORT int32_t __tvm_ffi_ticket_stress(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
+  (void)self;
+  (void)result;
+  static const int kCounts[4] = {64, 1, 7, 33};
+  if (num_args != 3) return fail("ticket_stress expects 3 arguments");
+  int32_t* data[3];
+  for (int i = 0; i < 3; ++i) {
+    if (args[i].type_index != 7) return fail("ticket_stress expects tensors");
+    data[i] = (int32_t*)((const tlmrt_dltensor*)args[i].v.v_ptr)->data;
+  }
+  if (__TVMBackendParallelLaunch == NULL) return fail("ticket_stress: no launch hook");
+  int32_t* hits = data[0];
+  for (int32_t r = 0; r < data[2][0]; ++r) {
+    int n = kCounts[r % 4];
+    for (int i = 0; i < 64; ++i) __atomic_store_n(&hits[i], 0, __ATOMIC_RELAXED);
+    hit_ctx c = {hits};
+    if (__TVMBackendParallelLaunch(hit_task, &c, n) != 0) return fail("ticket_stress: a launch failed");
+    for (int i = 0; i < 64; ++i) {
+      if (__atomic_load_n(&hits[i], __ATOMIC_RELAXED) != (i < n ? 1 : 0)) {
+        ++data[1][0];
+        break;
+      }
+    }
+  }
   return 0;
 }
