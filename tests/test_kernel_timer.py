@@ -150,20 +150,26 @@ def test_importing_the_timer_imports_no_tvm():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(shutil.which(CC) is None, reason=f"needs a C compiler ({CC})")
-def test_c_api_gives_a_status_and_a_sentence_for_every_bad_input(tmp_path, runtime_lib):
-    """tests/c/test_kernels.c: NULLs, unknown and reserved names, bad tensors, bad repeats, a kernel's
-    own error, and a launch that runs one task per pool thread."""
+def _build_c_test(tmp_path: Path, runtime_lib: Path, program: str) -> tuple[Path, Path]:
+    """tests/c/fake_kernels.c as a library and tests/c/PROGRAM.c linked to the runtime: (library, program)."""
     fake = tmp_path / "fake_kernels.so"
-    exe = tmp_path / "test_kernels"
+    exe = tmp_path / program
     for cmd in (
         [CC, "-std=c11", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", f"-I{RUNTIME_C}",
          str(TESTS_C / "fake_kernels.c"), "-o", str(fake)],
-        [CC, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_C}", str(TESTS_C / "test_kernels.c"),
+        [CC, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_C}", str(TESTS_C / f"{program}.c"),
          "-o", str(exe), f"-L{runtime_lib.parent}", "-ltlmrt", f"-Wl,-rpath,{runtime_lib.parent}", "-lm"],
     ):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
+    return fake, exe
+
+
+@pytest.mark.skipif(shutil.which(CC) is None, reason=f"needs a C compiler ({CC})")
+def test_c_api_gives_a_status_and_a_sentence_for_every_bad_input(tmp_path, runtime_lib):
+    """tests/c/test_kernels.c: NULLs, unknown and reserved names, bad tensors, bad repeats, a kernel's
+    own error, and a launch that runs one task per pool thread."""
+    fake, exe = _build_c_test(tmp_path, runtime_lib, "test_kernels")
     proc = subprocess.run([str(exe), str(fake)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "ALL_OK" in proc.stdout, proc.stdout + proc.stderr
 
@@ -173,16 +179,7 @@ def test_a_dynamic_pool_runs_every_task_once_and_never_hangs_when_workers_lag(tm
     """tests/c/test_pool_tickets.c: launches of 64, 1, 7 and 33 tasks in turn on 8 threads of this
     2-core host. Before the ticket was closed between launches a lagging worker claimed a spent
     ticket against the next launch's task count: it hung within 3 s here, every time."""
-    fake = tmp_path / "fake_kernels.so"
-    exe = tmp_path / "test_pool_tickets"
-    for cmd in (
-        [CC, "-std=c11", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", f"-I{RUNTIME_C}",
-         str(TESTS_C / "fake_kernels.c"), "-o", str(fake)],
-        [CC, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_C}", str(TESTS_C / "test_pool_tickets.c"),
-         "-o", str(exe), f"-L{runtime_lib.parent}", "-ltlmrt", f"-Wl,-rpath,{runtime_lib.parent}"],
-    ):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
+    fake, exe = _build_c_test(tmp_path, runtime_lib, "test_pool_tickets")
     try:
         proc = subprocess.run([str(exe), str(fake), "8", "4"], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
