@@ -167,6 +167,17 @@ EOF
       failed=1
     fi
   done
+  say "TSan: the dynamic pool's tickets, launches of 64, 1, 7 and 33 tasks on 8 threads for 2 s"
+  "$CC_TSAN" -std=c11 "${TF[@]}" -fPIC -shared -Wl,-Bsymbolic -Iruntime_c tests/c/fake_kernels.c \
+    -o "$WORK/tsan_fake_kernels.so"
+  "$CC_TSAN" -std=c11 "${TF[@]}" -Iruntime_c tests/c/test_pool_tickets.c -o "$WORK/test_pool_tickets" \
+    -L"$WORK/tsan" -ltlmrt -Wl,-rpath,"$WORK/tsan"
+  if ! timeout 120 "$WORK/test_pool_tickets" "$WORK/tsan_fake_kernels.so" 8 2 > "$WORK/tickets.out" 2>&1 ||
+    ! grep -q ALL_OK "$WORK/tickets.out"; then
+    say "FAIL TSan (the dynamic pool's tickets; exit 124: a launch hung)"
+    cat "$WORK/tickets.out"
+    failed=1
+  fi
   if [ -d "$WORK/real" ]; then
     say "TSan: the real artifact, 8 threads x 1000 runs, outputs bitwise identical"
     "$CC_TSAN" -std=c11 "${TF[@]}" -Iruntime_c tests/c/stress_model.c -o "$WORK/stress_model" -L"$WORK/tsan" -ltlmrt \
