@@ -88,7 +88,10 @@ void tlmrt_options_init_sized(tlmrt_options* opts, uint32_t size);
  * x86/model.so, or cuda/plan.so and its images for opts->device_type TLMRT_DEVICE_CUDA). On failure
  * *out is NULL and tlmrt_open_error() says why; a machine that cannot run the device (no
  * libcuda.so.1, no GPU, a GPU the artifact has no code for, a driver that is too old) gives
- * TLMRT_ERR_INCOMPATIBLE. */
+ * TLMRT_ERR_INCOMPATIBLE. A CPU model (not a dynamic-batch one) copies weights.bin into memory of its
+ * own on huge pages where the kernel gives them, and its arenas from 2 MiB on go there too; with
+ * TLMRT_CPU_HUGE_PAGES=0 in the environment at open, it maps the file instead (one page cache for
+ * every process that opens it) and its arenas are plain. */
 tlmrt_status tlmrt_model_open(const char* dir, const tlmrt_options* opts, tlmrt_model** out);
 
 /* The reason the calling thread's last tlmrt_model_open (or tlmrt_dlpack_alloc_cuda) failed ("" if
