@@ -5,8 +5,9 @@ write the folder between the two could swap a checked library for another. So be
 runtime opens a model, the files it will load as code or data (the target's files: plan library,
 cubins, PTX) are copied into a fresh folder only this process's user can reach, hashing the very
 bytes that are written, and compared with the manifest. The weights are linked, not copied: the C
-runtime maps them read-only and hashes them from the mapping (against SHA256SUMS and the
-plan's own digest), so they are hashed once per load, by the one reading that is used. A
+runtime reads them itself (a CPU model copies them onto huge pages, else it maps them read-only)
+and hashes the memory it will use (against SHA256SUMS and the plan's own digest), so they are
+hashed once per load, by the one reading that is used. A
 SHA256SUMS for just these files goes along, so the C runtime's own verification runs too.
 
 The folder is removed as soon as the C runtime has opened the model (it reads nothing later).
