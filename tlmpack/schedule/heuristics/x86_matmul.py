@@ -46,11 +46,24 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   scales a 480x14x14 tensor) is computed inside the tile (the sketches with ReverseComputeAt):
   left at the root, the inlined sigmoid runs once per output element behind a fused, divided
   index, 11-31x slower than the best random program on all ten of efficientnet-b0's;
-- so is the element-wise tail (bias, ReLU6, SiLU, residual add) of a convolution with few
-  multiply-adds per output (TAIL_IN_TILE_MAX_MACS): at the root it is a second pass over an
-  output that has left the cache (MobileNetV2, one thread: 112x112x96 1x1 conv + bias + ReLU6
-  2353 -> 491 us, 56x56x144 1289 -> 599 us; the small late layers within noise). Matmuls keep
-  their tail at the root (bert-base, gpt2 unchanged).
+- so is a convolution's element-wise tail (bias, ReLU6, SiLU, residual add): at the root it is a
+  second pass over an output that has left the cache (MobileNetV2, one thread: 112x112x96 1x1
+  conv + bias + ReLU6 2353 -> 491 us, 56x56x144 1289 -> 599 us). That held first for convolutions
+  of at most 160 multiply-adds an output only; on the Zen 2 EPYC, 2 threads, ResNet-50's 14x14
+  1x1 convolution 256 -> 1024 with its residual add ran 627-658 -> 548 us alone, and with the
+  channel order below the whole model 0.98-0.99x. Matmuls keep their tail at the root (bert-base,
+  gpt2 unchanged);
+- a channels-last dense convolution over 16 or more input channels walks its output-channel tiles
+  inside its pixel tiles (level 1), as far as the cores' parallel chunks allow: each pixel tile's
+  input stays in L1 for every channel tile, and the tail reads and writes whole contiguous pixels
+  (a residual's 256 channels are 1 KB), not one 64-byte strip a pixel per channel tile, which the
+  prefetcher cannot follow at a 1 KB stride. Alone, with everything in cache, no change (56x56
+  64 -> 256: 582-597 against 575-583 us); in the whole model, where the tail's residual comes from
+  L3 or memory, ResNet-50's 56x56 and 28x28 kernels ran 0.86-0.95x (the 1x1 ones with a residual
+  add 0.86-0.90x). Not an image stem over 3 channels (1.11x slower so: its 7x7x3 weight panel
+  stays in L1 under the channel tiles outside), nor weight-bound ones (they stream each panel
+  once). Whole models with both changes, paired (BENCHMARKS.md 2026-12-06 10:50): ResNet-50
+  0.97x, MobileNetV2 and EfficientNet-B0 0.98x.
 """
 
 from __future__ import annotations
@@ -190,11 +203,29 @@ def weight_bound(task: TaskClass) -> bool:
     channels."""
     if not is_convolution(task) or task.block.startswith("group_conv") or not task.reduction:
         return False
-    last = len(task.spatial) - 1
-    if not any(set(ignored) == set(range(last)) for ignored in task.reuse.values()):
-        return False  # not channels-last: the weight does not follow the output's last loop
+    if not channels_last(task):
+        return False
     weight = task.spatial[-1] * macs_per_output(task)
     return weight >= WEIGHT_BOUND_RATIO * math.prod(task.spatial[:-1]) * task.reduction[-1]
+
+
+def channels_last(task: TaskClass) -> bool:
+    """The weight follows only the output's last loop (NHWC: output channels), ignoring every pixel loop."""
+    last = len(task.spatial) - 1
+    return any(set(ignored) == set(range(last)) for ignored in task.reuse.values())
+
+
+# a convolution over fewer input channels than this (an image stem's 3) keeps its channel tiles outermost
+CHANNELS_INSIDE_MIN_INPUT = 16
+
+
+def channels_inside_pixels(task: TaskClass) -> bool:
+    """Whether a channels-last convolution walks its output-channel tiles inside its pixel tiles
+    (module notes): dense, not weight-bound (those stream each weight panel once), and over enough
+    input channels that a pixel tile's input is worth keeping in L1 across every channel tile."""
+    return (is_convolution(task) and not task.block.startswith("group_conv") and bool(task.reduction)
+            and channels_last(task) and not weight_bound(task)
+            and task.reduction[-1] >= CHANNELS_INSIDE_MIN_INPUT)
 
 
 def single_row(task: TaskClass) -> bool:
@@ -213,12 +244,6 @@ def outer_chunks(tiles: int, others: int, cores: int) -> int:
     return tiles
 
 
-# a convolution with at most this many multiply-adds per output element is bound by memory, and
-# its tail goes inside the tile; past it (ResNet-50's 3x3 and wide 1x1 convolutions) compute rules
-# and the sketch choice was within this machine's noise, so those stay as they were measured best
-TAIL_IN_TILE_MAX_MACS = 160
-
-
 def is_convolution(task: TaskClass) -> bool:
     return "conv" in task.block
 
@@ -232,7 +257,7 @@ def macs_per_output(task: TaskClass) -> int:
 
 def tail_in_tile(task: TaskClass) -> bool:
     """Whether the epilogue is computed inside the register tile's loops (module notes)."""
-    return task.epilogue_growth >= 2 or (is_convolution(task) and macs_per_output(task) <= TAIL_IN_TILE_MAX_MACS)
+    return task.epilogue_growth >= 2 or is_convolution(task)
 
 
 INLINE = -2  # a compute location: the producer inlined into its consumer (schedule.space)
@@ -317,6 +342,13 @@ class X86Matmul(Rule):
                 others = math.prod(chosen[s.index][0] for s in spatial if s is not site)
                 count = outer_chunks(first, others, hardware.cores)
                 chosen[site.index] = (count, first // count * block, middle, innermost)
+        if channels_inside_pixels(task):
+            # the channel tiles go to level 1, inside the pixel tiles, as far as the cores' chunks allow
+            site = spatial[last]
+            first, block, middle, innermost = chosen[site.index]
+            others = math.prod(chosen[s.index][0] for s in spatial[:last])
+            count = outer_chunks(first, others, hardware.cores)
+            chosen[site.index] = (count, first // count * block, middle, innermost)
         for site in sites:
             if site.kind == "tile" and site.parts == 2:
                 bound = site.max_innermost if site.max_innermost > 0 else site.extent
