@@ -19,7 +19,8 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
    runs and then a third of ``--runs`` timed runs back to back, so each is timed warm and drift
    hits all engines alike; the table shows medians.
 
-``--compare LABEL=PATH`` adds prebuilt artifacts (``{model}`` in PATH is the model's name), e.g.
+``--compare LABEL=PATH`` adds prebuilt artifacts (``{model}`` in PATH is the model's name; ``PATH?KEY=VALUE``
+loads one with those environment variables, e.g. ``TLMPACK_RUNTIME_LIB=old/libtlmrt.so``), e.g.
 the same models built by the commit before a change, timed in the same rounds: a before/after
 against onnxruntime in one run.
 
@@ -211,6 +212,18 @@ def fmt_ms(ts: list[float] | None) -> str:
     return f"{statistics.median(ts) * 1e3:.2f}" if ts else "-"
 
 
+
+def load_spec(load, spec: str, threads: int):
+    """``load`` (tlmpack.runtime.load) of ``PATH?KEY=VALUE&...`` with those variables set in the
+    environment while it loads (then restored): the same artifact under another runtime library
+    (TLMPACK_RUNTIME_LIB) or pool setting, timed beside it."""
+    from tlmpack.environment import environment
+
+    path, _, query = spec.partition("?")
+    settings = dict(item.split("=", 1) for item in query.split("&") if item)
+    with environment(settings):
+        return load(path, device="cpu", num_threads=threads)
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", default=DEFAULT_MODELS, help=f"default: {' '.join(DEFAULT_MODELS)}")
@@ -284,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         fns = {}
         models = []
         for scheduler in [*schedulers, *prebuilt] if tlm_load is not None else []:
+            spec = ""
             if scheduler in prebuilt:
-                tar = Path(prebuilt[scheduler].format(model=name))
+                spec = prebuilt[scheduler].format(model=name)
+                tar = Path(spec.partition("?")[0])
                 build_s, err = None, "" if tar.exists() else f"no prebuilt artifact {tar}"
             else:
                 base, *flags = scheduler.split("/")  # e.g. heuristic/no-pad-extents: build flags after the name
@@ -299,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{name}] {err}", flush=True)
                 continue
             try:
-                model = tlm_load(tar, device="cpu", num_threads=threads)
+                model = load_spec(tlm_load, spec or str(tar), threads)
                 models.append(model)
                 tlm_out = model.run(None, feed)[0]
                 row["err"][scheduler] = rel_err(tlm_out, ort_out)

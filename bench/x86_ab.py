@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from tlmpack.environment import environment
+from bench_x86 import load_spec
 
 
 def _timed(model, feed: dict, warmup: int, runs: int) -> list[float]:
@@ -41,14 +40,6 @@ def _timed(model, feed: dict, warmup: int, runs: int) -> list[float]:
         model.run(None, feed)
         out.append((time.perf_counter() - started) * 1e3)
     return out
-
-
-def load_spec(rt, spec: str, threads: int):
-    """Loads ``PATH?KEY=VALUE&...`` with those variables set in the environment (then restored)."""
-    path, _, query = spec.partition("?")
-    settings = dict(item.split("=", 1) for item in query.split("&") if item)
-    with environment(settings):
-        return rt.load(path, device="cpu", num_threads=threads)
 
 
 def main() -> None:
@@ -74,7 +65,7 @@ def main() -> None:
             feed = {k: z[k] for k in z.files}
         medians = {}
         for order in ((first, second), (second, first)):
-            loaded = {spec: load_spec(rt, spec, args.threads) for spec in order}
+            loaded = {spec: load_spec(rt.load, spec, args.threads) for spec in order}
             models = [loaded[first], loaded[second]]
             outputs = [m.run(None, feed)[0] for m in models]
             diff = float(np.linalg.norm(outputs[1] - outputs[0]) / max(np.linalg.norm(outputs[0]), 1e-30))

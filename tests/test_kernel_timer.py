@@ -185,3 +185,18 @@ def test_a_dynamic_pool_runs_every_task_once_and_never_hangs_when_workers_lag(tm
     except subprocess.TimeoutExpired:
         pytest.fail("a launch of the dynamic pool hung (4 s of launches still running after 60 s)")
     assert proc.returncode == 0 and "ALL_OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which(CC) is None, reason=f"needs a C compiler ({CC})")
+def test_a_dynamic_pool_runs_each_threads_share_from_the_front_and_steals_from_the_back(tmp_path, runtime_lib):
+    """tests/c/test_pool_shares.c: launches of 16 tasks on a pool of 2 threads. The caller owns tasks
+    0..7 and the worker 8..15; each runs its own from the front and takes the other's leftovers from
+    the back, so a thread's data stays in its cache from one kernel to the next (the ticket that
+    every thread took the next task from interleaved them: MobileNetV2 0.87-0.90x on the Zen 2 EPYC)."""
+    fake, exe = _build_c_test(tmp_path, runtime_lib, "test_pool_shares")
+    proc = subprocess.run([str(exe), str(fake), "2000"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fields = proc.stdout.split()
+    counts = {fields[i]: int(fields[i + 1]) for i in range(0, len(fields), 2)}
+    assert counts["out_of_order"] == 0, proc.stdout
+    assert counts["worker_own"] > 0, proc.stdout  # not vacuous: the worker ran its own share in some launches

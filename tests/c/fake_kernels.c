@@ -8,9 +8,16 @@
  *   ticket_stress(hits int32[64], bad int32[1], launches int32[1]): `launches` parallel launches whose
  *   task counts cycle through 64, 1, 7 and 33; each task counts itself in hits; bad[0] counts the
  *   launches after which a task had not run exactly once (the pool's ticket protocol broken).
+ *   share_order(who int32[16], bad int32[1], launches int32[3]): launches[0] launches of 16 tasks of
+ *   a few microseconds each on a pool of two threads; who[i] says whether the calling thread (1) or the
+ *   worker (2) ran task i. bad[0] counts the launches where a thread's own share (the caller's tasks
+ *   0..7, the worker's 8..15) was not a run of its own from the front and the other's from the back;
+ *   launches[1] counts those where the worker ran any task, launches[2] those where it ran some of its own.
  *
  * Build: cc -std=c11 -O2 -shared -fPIC -Wl,-Bsymbolic -I runtime_c fake_kernels.c -o fake_kernels.so
  */
+#define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -112,6 +119,54 @@ EXPORT int32_t __tvm_ffi_ticket_stress(void* self, const TVMFFIAny* args, int32_
         break;
       }
     }
+  }
+  return 0;
+}
+
+typedef struct {
+  int32_t* who;
+  pthread_t caller;
+} share_ctx;
+
+static int share_task(int task_id, tlmrt_parallel_env* penv, void* cdata) {
+  (void)penv;
+  share_ctx* c = (share_ctx*)cdata;
+  volatile uint32_t spin = 0;
+  for (int i = 0; i < 4000; ++i) spin += (uint32_t)i;  /* a few microseconds, so the worker takes part */
+  __atomic_store_n(&c->who[task_id], pthread_equal(pthread_self(), c->caller) ? 1 : 2, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* Whether who[lo..hi) is `owner`'s tasks from the front, then the other thread's. */
+static int owner_first(const int32_t* who, int lo, int hi, int owner) {
+  int i = lo;
+  while (i < hi && who[i] == owner) ++i;
+  for (; i < hi; ++i) {
+    if (who[i] == owner) return 0;
+  }
+  return 1;
+}
+
+EXPORT int32_t __tvm_ffi_share_order(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
+  (void)self;
+  (void)result;
+  if (num_args != 3) return fail("share_order expects 3 arguments");
+  int32_t* data[3];
+  for (int i = 0; i < 3; ++i) {
+    if (args[i].type_index != 7) return fail("share_order expects tensors");
+    data[i] = (int32_t*)((const tlmrt_dltensor*)args[i].v.v_ptr)->data;
+  }
+  if (__TVMBackendParallelLaunch == NULL) return fail("share_order: no launch hook");
+  int32_t* who = data[0];
+  for (int32_t r = 0; r < data[2][0]; ++r) {
+    for (int i = 0; i < 16; ++i) __atomic_store_n(&who[i], 0, __ATOMIC_RELAXED);
+    share_ctx c = {who, pthread_self()};
+    if (__TVMBackendParallelLaunch(share_task, &c, 16) != 0) return fail("share_order: a launch failed");
+    if (!owner_first(who, 0, 8, 1) || !owner_first(who, 8, 16, 2)) ++data[1][0];
+    int worker = 0;
+    for (int i = 0; i < 16; ++i) worker |= who[i] == 2;
+    data[2][1] += worker;
+    data[2][2] += who[8] == 2;
   }
   return 0;
 }

@@ -1,9 +1,10 @@
 /*
- * test_pool_tickets.c — the dynamic pool's ticket protocol under load: a kernel library without a
- * barrier hook (tests/c/fake_kernels.c) runs launches of 64, 1, 7 and 33 tasks in turn on a pool of
- * more threads than cores, so workers often arrive after their launch is over, while the caller
- * already writes the next one. Every task must run exactly once per launch, and no launch may hang
- * (the caller of tests/test_kernel_timer.py kills this process after its timeout).
+ * test_pool_tickets.c — the dynamic pool's claims under load: a kernel library without a barrier hook
+ * (tests/c/fake_kernels.c) runs launches of 64, 1, 7 and 33 tasks in turn on a pool of more threads
+ * than cores (8 threads: owned shares for 64 and 33, one shared range for 1 and 7), so workers often
+ * arrive after their launch is over, while the caller already writes the next one. Every task must
+ * run exactly once per launch, and no launch may hang (the caller of tests/test_kernel_timer.py kills
+ * this process after its timeout).
  *
  *   test_pool_tickets FAKE_KERNELS_SO THREADS SECONDS
  */
