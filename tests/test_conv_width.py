@@ -49,7 +49,7 @@ def _model(tmp_path, size: int = 14):
                                       kernel_shape=[k, k], pads=[pad] * 4, dilations=[dilation, dilation]))
         return name
 
-    a = conv("c0", "x", 24, 32, 3, pad=1)  # reads the NCHW input in place (layout_ops): not widened
+    a = conv("c0", "x", 24, 32, 3, pad=1)  # reads the NCHW input in place (layout_ops), widened as well
     nodes.append(helper.make_node("Relu", [a], ["r0"]))
     b = conv("c1", "r0", 32, 32, 1)  # memory-bound: widened too
     nodes.append(helper.make_node("Add", [b, "r0"], ["res"]))
@@ -110,7 +110,7 @@ def test_convolutions_are_widened_or_flattened_for_six_rows(tmp_path):
                                          Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, 6)))
     assert used.conv_layout == "NHWC" and not fallbacks
     widths = sorted(_widths(graph).values())
-    assert widths == [[14, 14], [14, 15], [14, 15]], widths  # c0 (reads the NCHW input) as it was; c1, c2 widened
+    assert widths == [[14, 15], [14, 15], [14, 15]], widths  # c0 (reads the NCHW input), c1, c2 widened
     scripts = [graph.task_funcs[t.id].script() for t in graph.tasks]
     assert sum("T.grid(T.int64(1), T.int64(54), T.int64(32)" in s for s in scripts) == 2  # c3 and c4, flattened
     assert sum("T.grid(T.int64(1), T.int64(18), T.int64(16)" in s for s in scripts) == 1  # c5
@@ -160,3 +160,54 @@ def test_a_widened_model_matches_onnxruntime(tmp_path, size):
     assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
     (out,) = rt.load(tar).run(None, {"x": x})
     assert rel_err(out, ref) < TOLERANCE
+
+
+def _stem(tmp_path, size: int, kernel: int, pad: int):
+    """An image stem: Conv(3 -> 32, stride 2) + Relu on a [1, 3, size, size] NCHW input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((32, 3, kernel, kernel)) / np.sqrt(3 * kernel * kernel)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(32)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], kernel_shape=[kernel, kernel],
+                              pads=[pad] * 4),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    path = tmp_path / "stem.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("size, kernel, pad, wide", [
+    (40, 7, 3, 21),  # padded (ResNet's 7 x 7 stem): 20 -> 21 columns, 3 x 2 pixels; the extra ones read zeros
+    (31, 5, 0, 15),  # unpadded: 14 -> 15 columns, the last input column read again for the extra one
+    (31, 3, 1, 16),  # a 3 x 3 stem (27 multiply-adds an output, bound by its writes): left as it is
+])
+def test_a_stem_reading_the_nchw_input_is_widened_and_matches_onnxruntime(tmp_path, size, kernel, pad, wide):
+    """The stem that reads the NCHW input in place (layout_ops.py) gets the wider output too (ResNet-50's
+    7 x 7 stem: 112 -> 114 columns, 6 pixels of two vectors instead of 4), unless it has too few
+    multiply-adds an output (layout_ops.WIDE_STEM_MIN_MACS)."""
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+    from tlmpack.frontend import load_model
+    from tlmpack.graph_fallbacks import Lowering, lower_graph
+    from tlmpack.relax_rewrites import policy_for
+
+    model = _stem(tmp_path, size, kernel, pad)
+    graph, used, fallbacks = lower_graph(load_model(str(model)).mod,
+                                         Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, 6)))
+    assert used.conv_layout == "NHWC" and not fallbacks
+    stem = next(t for t in graph.tasks if "conv2d" in t.name)
+    assert f"T.Buffer((T.int64(1), T.int64(3), T.int64({size}), T.int64({size}))" in graph.task_funcs[stem.id].script()
+    out_w = (size + 2 * pad - kernel) // 2 + 1
+    assert list(_widths(graph).values()) == [[out_w, wide]]  # read in place (above), over ``wide`` columns
+    tar = tmp_path / "stem.tar"
+    build(str(model), tar, BuildOptions(scheduler="heuristic", cpu="haswell", cores=2))
+    x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
+    (out,) = rt.load(tar).run(None, {"x": x})
+    assert out.shape == ref.shape and rel_err(out, ref) < TOLERANCE

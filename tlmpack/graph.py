@@ -211,7 +211,7 @@ def _conv2d_legalizer(conv_rows: int, conv_columns: int):
 
     def legalize(bb, call):
         if reads_nchw_writes_nhwc(call):
-            return legalize_nchw_input_conv2d(bb, call)
+            return legalize_nchw_input_conv2d(bb, call, conv_rows, conv_columns)
         return widened(bb, call)
 
     return legalize

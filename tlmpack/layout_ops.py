@@ -315,35 +315,62 @@ def reads_nchw_writes_nhwc(call) -> bool:
     return str(a.data_layout) == "NCHW" and str(a.out_layout) == "NHWC" and str(a.kernel_layout) == "OHWI"
 
 
-def nchw_input_conv2d_te(data, kernel, strides, padding, dilation, out_dtype: str):
+def nchw_input_conv2d_te(data, kernel, strides, padding, dilation, out_dtype: str, wide: int = 0):
     """An ungrouped convolution of an NCHW tensor into NHWC (kernel OHWI): the padding block copies
     the input as it lies (NCHW, contiguous), and the convolution broadcasts its scalars from there,
-    so no transpose is written anywhere."""
+    so no transpose is written anywhere. ``wide`` > W: computed over that many output columns, the
+    first W copied back, so its pixels fill whole register tiles as conv_width.py's do (an image
+    stem's 112 -> 114 columns: 6 pixels of a row); the columns past the input read zero padding, or
+    the last real column of an unpadded input."""
     from tvm import te, tirx
 
     from .conv_width import conv_shape
 
     n, c, h, w, f, kh, kw, sh, sw, dh, dw, top, left, bottom, right, out_h, out_w = conv_shape(
         data.shape, kernel.shape, strides, padding, dilation, channels_first=True)
-    source = data
+    wide = max(wide, out_w)
     if top or left or bottom or right:
-        source = te.compute((n, c, h + top + bottom, w + left + right), lambda i, ch, y, x: tirx.if_then_else(
+        in_w = max(w + left + right, (wide - 1) * sw + (kw - 1) * dw + 1)
+        padded = te.compute((n, c, h + top + bottom, in_w), lambda i, ch, y, x: tirx.if_then_else(
             tirx.all(y >= top, y < h + top, x >= left, x < w + left), data[i, ch, y - top, x - left],
             tirx.const(0, data.dtype)), name="pad_temp")
+
+        def read(i, ch, y, x):
+            return padded[i, ch, y, x]
+    else:
+        def read(i, ch, y, x):
+            return data[i, ch, y, tirx.min(x, w - 1) if wide > out_w else x]
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, c), name="rc")
-    return te.compute((n, out_h, out_w, f), lambda i, y, x, ff: te.sum(
-        source[i, rc, y * sh + ry * dh, x * sw + rx * dw].astype(out_dtype) * kernel[ff, ry, rx, rc].astype(out_dtype),
+    conv = te.compute((n, out_h, wide, f), lambda i, y, x, ff: te.sum(
+        read(i, rc, y * sh + ry * dh, x * sw + rx * dw).astype(out_dtype) * kernel[ff, ry, rx, rc].astype(out_dtype),
         axis=[ry, rx, rc]), name="conv2d_nhwc")
+    if wide == out_w:
+        return conv
+    return te.compute((n, out_h, out_w, f), lambda i, y, x, ff: conv[i, y, x, ff], name="conv2d_nhwc_columns")
 
 
-def legalize_nchw_input_conv2d(bb, call):
-    """The LegalizeOps entry for a convolution reads_nchw_writes_nhwc."""
-    from .conv_width import out_dtype_of
+# a stem with fewer multiply-adds an output is bound by writing its output, and a wider one only costs:
+# MobileNetV2's and EfficientNet-B0's 3x3 stems over 3 channels (27) ran 1.22x and 1.28x slower so,
+# ResNet-50's 7x7 one (147) 0.87x (Zen 2 EPYC, 2 threads, in the whole model; BENCHMARKS.md 2026-12-06)
+WIDE_STEM_MIN_MACS = 64
+
+
+def legalize_nchw_input_conv2d(bb, call, rows: int = 0, columns: int = 0):
+    """The LegalizeOps entry for a convolution reads_nchw_writes_nhwc; with the rules' register tile
+    (``rows`` pixels x ``columns`` channels), over a wider output where conv_width.py would widen it and
+    the stem has WIDE_STEM_MIN_MACS multiply-adds an output or more."""
+    from .conv_width import conv_shape, out_dtype_of, widens, wider_width
 
     out_dtype = out_dtype_of(call)
     a = call.attrs
-    return bb.call_te(nchw_input_conv2d_te, call.args[0], call.args[1], [int(s) for s in a.strides],
-                      [int(p) for p in a.padding], [int(d) for d in a.dilation], out_dtype,
+    strides, padding, dilation = ([int(v) for v in x] for x in (a.strides, a.padding, a.dilation))
+    wide = 0
+    data, kernel = static_shape(call.args[0].ty), static_shape(call.args[1].ty)
+    if rows > 1 and data is not None and kernel is not None and widens(data, kernel, columns):
+        shape = conv_shape(data, kernel, strides, padding, dilation, channels_first=True)
+        if shape.kh * shape.kw * shape.c >= WIDE_STEM_MIN_MACS:
+            wide = wider_width(shape.out_w, shape.out_h, rows)
+    return bb.call_te(nchw_input_conv2d_te, call.args[0], call.args[1], strides, padding, dilation, out_dtype, wide,
                       primfunc_name_hint="conv2d")
