@@ -147,19 +147,23 @@ def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path)
     assert tiles[strided.id][1][3] == 6, tiles[strided.id]  # c5: 6 of its 18 flattened pixels
 
 
-@pytest.mark.parametrize("size", [14, 28])
-def test_a_widened_model_matches_onnxruntime(tmp_path, size):
+def _check_against_onnxruntime(model, tmp_path, input_shape: tuple[int, ...]) -> None:
+    """Builds ``model`` with the rules for an AVX2 target and checks it against onnxruntime on fresh input."""
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
 
-    model = _model(tmp_path, size=size)
-    tar = tmp_path / "model.tar"
+    tar = tmp_path / "built.tar"
     build(str(model), tar, BuildOptions(scheduler="heuristic", cpu="haswell", cores=2))
-    x = np.random.default_rng(1).standard_normal((1, 24, size, size)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal(input_shape).astype(np.float32)
     (ref,) = onnxruntime_outputs(model, {"x": x})
     assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
     (out,) = rt.load(tar).run(None, {"x": x})
-    assert rel_err(out, ref) < TOLERANCE
+    assert out.shape == ref.shape and rel_err(out, ref) < TOLERANCE
+
+
+@pytest.mark.parametrize("size", [14, 28])
+def test_a_widened_model_matches_onnxruntime(tmp_path, size):
+    _check_against_onnxruntime(_model(tmp_path, size=size), tmp_path, (1, 24, size, size))
 
 
 def _stem(tmp_path, size: int, kernel: int, pad: int):
@@ -190,8 +194,6 @@ def test_a_stem_reading_the_nchw_input_is_widened_and_matches_onnxruntime(tmp_pa
     """The stem that reads the NCHW input in place (layout_ops.py) gets the wider output too (ResNet-50's
     7 x 7 stem: 112 -> 114 columns, 6 pixels of two vectors instead of 4), unless it has too few
     multiply-adds an output (layout_ops.WIDE_STEM_MIN_MACS)."""
-    import tlmpack.runtime as rt
-    from tlmpack.build import BuildOptions, build
     from tlmpack.frontend import load_model
     from tlmpack.graph_fallbacks import Lowering, lower_graph
     from tlmpack.relax_rewrites import policy_for
@@ -204,10 +206,4 @@ def test_a_stem_reading_the_nchw_input_is_widened_and_matches_onnxruntime(tmp_pa
     assert f"T.Buffer((T.int64(1), T.int64(3), T.int64({size}), T.int64({size}))" in graph.task_funcs[stem.id].script()
     out_w = (size + 2 * pad - kernel) // 2 + 1
     assert list(_widths(graph).values()) == [[out_w, wide]]  # read in place (above), over ``wide`` columns
-    tar = tmp_path / "stem.tar"
-    build(str(model), tar, BuildOptions(scheduler="heuristic", cpu="haswell", cores=2))
-    x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype(np.float32)
-    (ref,) = onnxruntime_outputs(model, {"x": x})
-    assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
-    (out,) = rt.load(tar).run(None, {"x": x})
-    assert out.shape == ref.shape and rel_err(out, ref) < TOLERANCE
+    _check_against_onnxruntime(model, tmp_path, (1, 3, size, size))

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "test_tensor.h"
 #include "tlmrt.h"
 
 #define N 1000
@@ -33,19 +34,6 @@ static int g_failures = 0;
 /* status s and a message containing `word` */
 #define CHECK_ERR(s, want, msg, word) \
   CHECK((s) == (want) && strstr((msg), (word)) != NULL, "status %d (want %d): %s", (int)(s), (int)(want), (msg))
-
-static tlmrt_dltensor tensor(void* data, int64_t* shape, uint8_t code) {
-  tlmrt_dltensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.device.device_type = TLMRT_DEVICE_CPU;
-  t.ndim = 1;
-  t.dtype.code = code;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -70,7 +58,7 @@ int main(int argc, char** argv) {
   static alignas(64) int32_t tasks[16];
   for (int i = 0; i < N; ++i) x[i] = (float)i;
   int64_t n = N, one = 1;
-  tlmrt_dltensor tx = tensor(x, &n, 2), ty = tensor(y, &n, 2), tt = tensor(tasks, &one, 0);
+  tlmrt_dltensor tx = test_tensor_1d(x, &n, 2), ty = test_tensor_1d(y, &n, 2), tt = test_tensor_1d(tasks, &one, 0);
   tlmrt_dltensor* args[3] = {&tx, &ty, &tt};
 
   s = tlmrt_kernel_call(lib, "scale2", args, 3);
@@ -106,7 +94,7 @@ int main(int argc, char** argv) {
   tlmrt_dltensor* with_null[3] = {&tx, NULL, &tt};
   s = tlmrt_kernel_call(lib, "scale2", with_null, 3);
   CHECK_ERR(s, TLMRT_ERR_INVALID_ARGUMENT, err, "argument 1: expected a tensor, found NULL");
-  tlmrt_dltensor shifted = tensor(y + 1, &n, 2);
+  tlmrt_dltensor shifted = test_tensor_1d(y + 1, &n, 2);
   tlmrt_dltensor* misaligned[3] = {&tx, &shifted, &tt};
   s = tlmrt_kernel_call(lib, "scale2", misaligned, 3);
   CHECK_ERR(s, TLMRT_ERR_INVALID_ARGUMENT, err, "argument 1: expected data aligned to 64 bytes");

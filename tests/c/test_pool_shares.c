@@ -12,19 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "test_tensor.h"
 #include "tlmrt.h"
-
-static tlmrt_dltensor tensor(void* data, int64_t* shape) {
-  tlmrt_dltensor t = {0};
-  t.data = data;
-  t.device.device_type = TLMRT_DEVICE_CPU;
-  t.ndim = 1;
-  t.dtype.code = 0;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -38,7 +27,9 @@ int main(int argc, char** argv) {
   }
   static alignas(64) int32_t who[16], bad[16], launches[16];
   int64_t n_who = 16, one = 1, three = 3;
-  tlmrt_dltensor tw = tensor(who, &n_who), tb = tensor(bad, &one), tl = tensor(launches, &three);
+  tlmrt_dltensor tw = test_tensor_1d(who, &n_who, 0);
+  tlmrt_dltensor tb = test_tensor_1d(bad, &one, 0);
+  tlmrt_dltensor tl = test_tensor_1d(launches, &three, 0);
   tlmrt_dltensor* args[3] = {&tw, &tb, &tl};
   launches[0] = atoi(argv[2]);
   if (tlmrt_kernel_call(lib, "share_order", args, 3) != TLMRT_OK) {

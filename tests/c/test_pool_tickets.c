@@ -14,24 +14,13 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test_tensor.h"
 #include "tlmrt.h"
 
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static tlmrt_dltensor tensor(void* data, int64_t* shape) {
-  tlmrt_dltensor t = {0};
-  t.data = data;
-  t.device.device_type = TLMRT_DEVICE_CPU;
-  t.ndim = 1;
-  t.dtype.code = 0;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
 }
 
 int main(int argc, char** argv) {
@@ -46,7 +35,9 @@ int main(int argc, char** argv) {
   }
   static alignas(64) int32_t hits[64], bad[16], launches[16];
   int64_t n_hits = 64, one = 1;
-  tlmrt_dltensor th = tensor(hits, &n_hits), tb = tensor(bad, &one), tl = tensor(launches, &one);
+  tlmrt_dltensor th = test_tensor_1d(hits, &n_hits, 0);
+  tlmrt_dltensor tb = test_tensor_1d(bad, &one, 0);
+  tlmrt_dltensor tl = test_tensor_1d(launches, &one, 0);
   tlmrt_dltensor* args[3] = {&th, &tb, &tl};
   launches[0] = 1000;
   double end = now_s() + atof(argv[3]);
