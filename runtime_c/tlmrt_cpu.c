@@ -259,8 +259,7 @@ static int tasks_left(tlmrt_cpu_pool* pool, uint32_t g) {
 
 /* Dynamic pools: thread `self` runs the tasks of launch g left in its own range, front to back, then
  * takes what is left of the others' from their backs, until none is left (a shared count of the
- * claimed tasks ends the search once all are: on 16 threads, looking at 15 ranges' cache lines after
- * every launch cost MobileNetV2 14 % on the 16-core Xeon). Each thread starts on the
+ * claimed tasks ends the search once all are, rather than a look at every other thread's cache line). Each thread starts on the
  * same contiguous share of every launch's loop (TVM splits a parallel loop into num_task contiguous
  * blocks), so a kernel finds in its own cache what the kernel before it wrote there, and a thread the
  * OS delays still has its share taken by the others.
@@ -376,8 +375,9 @@ static void pool_wait_tasks(tlmrt_cpu_pool* pool, uint32_t n) {
  *     convolution split finer by the plan's step work), thread t owns the contiguous share
  *     [t * n / N, (t + 1) * n / N) of the tasks and runs it front to back, then takes the others'
  *     leftovers from their backs (see claim_and_run); with at most one a thread, all n sit in one
- *     range that the threads take in the order they come (owned shares made MobileNetV2 1.2-1.7x
- *     slower at 16 threads on the 16-core Xeon, its launches being a few microseconds a task). The
+ *     range that the threads take in the order they come, as the single ticket before (owned shares
+ *     there measured MobileNetV2 1.14-1.67x slower at 16 threads on the 16-core Xeon, but always
+ *     loaded first, and load order alone moves it by up to 1.36x there: not resolved, so kept). The
  *     caller waits only until all n are done. A worker the OS has not scheduled yet costs little: the
  *     others take its tasks, and it finds the launch over when it comes. A launch of more than
  *     RANGE_MAX_TASKS tasks runs on the caller. */
