@@ -160,7 +160,8 @@ def test_onnx_corpus_for_x86_holds_the_channels_last_convolutions_an_x86_build_s
     cuda_convs = {t["key"] for t in build_tasks(path) if "conv2d" in t["name"]}
     assert convs and not set(convs) & cuda_convs
     first = next(iter(convs.values()))
-    assert first["spatial"][1] == first["spatial"][2] and first["spatial"][1] != first["spatial"][3]  # N, H, W, C
+    h, w, c = first["spatial"][1:4]  # N, H, W, C; W may be computed wider for whole register tiles (conv_width.py)
+    assert h <= w <= h + h // 8 and c not in (h, w), first["spatial"]
     assert all(task_key(load_func(t)) == k for k, t in convs.items())
     # each convolution's constant kernel is the operand the build pre-packs, and the timer packs it
     assert all(t["weight_param"] == 1 for t in convs.values())
