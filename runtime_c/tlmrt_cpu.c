@@ -259,8 +259,8 @@ static int tasks_left(tlmrt_cpu_pool* pool, uint32_t g) {
 
 /* Dynamic pools: thread `self` runs the tasks of launch g left in its own range, front to back, then
  * takes what is left of the others' from their backs, until none is left (a shared count of the
- * claimed tasks ends the search once all are, rather than a look at every other thread's cache line). Each thread starts on the
- * same contiguous share of every launch's loop (TVM splits a parallel loop into num_task contiguous
+ * claimed tasks ends the search once all are, rather than a look at every other thread's cache
+ * line). Each thread starts on the same contiguous share of every launch's loop (TVM splits a parallel loop into num_task contiguous
  * blocks), so a kernel finds in its own cache what the kernel before it wrote there, and a thread the
  * OS delays still has its share taken by the others.
  * The launch's fields are read only after a task of g is claimed: the launch cannot end before that

@@ -86,6 +86,26 @@ EXPORT int32_t __tvm_ffi_scale2(void* self, const TVMFFIAny* args, int32_t num_a
   return 0;
 }
 
+/* The three int32 tensors of a pool test kernel into `data`, and a launch hook to run them on;
+ * else the kernel's error (-1). */
+static int three_int_tensors_and_a_pool(const char* kernel, const TVMFFIAny* args, int32_t num_args, int32_t** data) {
+  static char msg[128];
+  if (num_args != 3) {
+    snprintf(msg, sizeof(msg), "%s expects 3 arguments, got %d", kernel, (int)num_args);
+    return fail(msg);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (args[i].type_index != 7) {
+      snprintf(msg, sizeof(msg), "%s expects tensors; argument %d has type index %d", kernel, i, (int)args[i].type_index);
+      return fail(msg);
+    }
+    data[i] = (int32_t*)((const tlmrt_dltensor*)args[i].v.v_ptr)->data;
+  }
+  if (__TVMBackendParallelLaunch != NULL) return 0;
+  snprintf(msg, sizeof(msg), "%s: no launch hook", kernel);
+  return fail(msg);
+}
+
 typedef struct {
   int32_t* hits;
 } hit_ctx;
@@ -100,13 +120,8 @@ EXPORT int32_t __tvm_ffi_ticket_stress(void* self, const TVMFFIAny* args, int32_
   (void)self;
   (void)result;
   static const int kCounts[4] = {64, 1, 7, 33};
-  if (num_args != 3) return fail("ticket_stress expects 3 arguments");
   int32_t* data[3];
-  for (int i = 0; i < 3; ++i) {
-    if (args[i].type_index != 7) return fail("ticket_stress expects tensors");
-    data[i] = (int32_t*)((const tlmrt_dltensor*)args[i].v.v_ptr)->data;
-  }
-  if (__TVMBackendParallelLaunch == NULL) return fail("ticket_stress: no launch hook");
+  if (three_int_tensors_and_a_pool("ticket_stress", args, num_args, data) != 0) return -1;
   int32_t* hits = data[0];
   for (int32_t r = 0; r < data[2][0]; ++r) {
     int n = kCounts[r % 4];
@@ -150,13 +165,8 @@ static int owner_first(const int32_t* who, int lo, int hi, int owner) {
 EXPORT int32_t __tvm_ffi_share_order(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
   (void)self;
   (void)result;
-  if (num_args != 3) return fail("share_order expects 3 arguments");
   int32_t* data[3];
-  for (int i = 0; i < 3; ++i) {
-    if (args[i].type_index != 7) return fail("share_order expects tensors");
-    data[i] = (int32_t*)((const tlmrt_dltensor*)args[i].v.v_ptr)->data;
-  }
-  if (__TVMBackendParallelLaunch == NULL) return fail("share_order: no launch hook");
+  if (three_int_tensors_and_a_pool("share_order", args, num_args, data) != 0) return -1;
   int32_t* who = data[0];
   for (int32_t r = 0; r < data[2][0]; ++r) {
     for (int i = 0; i < 16; ++i) __atomic_store_n(&who[i], 0, __ATOMIC_RELAXED);
