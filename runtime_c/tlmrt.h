@@ -109,9 +109,12 @@ tlmrt_status tlmrt_model_output_info(tlmrt_model* m, int32_t index, tlmrt_tensor
  * into the arena, calls the kernels, copies outputs out. A CPU model computes an output straight
  * into the caller's buffer instead when the buffer is 64-byte aligned and the output is a kernel's
  * own result (not a view of another tensor): no copy, and the arena does not hold it after the run
- * (so tlmrt_model_output_buffer is for outputs given no buffer). Parallel kernels use the model's thread
- * pool, the calling thread being one of its threads. A CUDA model takes host buffers here too: it
- * copies them to its device arena on its stream, launches the kernels (or replays their CUDA
+ * (so tlmrt_model_output_buffer is for outputs given no buffer). Likewise it reads a 64-byte
+ * aligned input where it is, with no copy, when the artifact's plan names its tensors' views
+ * (<plan>_tensor_bases; an older artifact's inputs are copied): an input's buffer must not change
+ * during the run nor overlap an output's buffer. Parallel kernels use the model's thread pool, the
+ * calling thread being one of its threads. A CUDA model takes host buffers here too: it copies
+ * them to its device arena on its stream, launches the kernels (or replays their CUDA
  * graph), copies the outputs back and synchronizes before returning.
  * Threads (since API version 4): a CPU model takes runs from many threads at once. Each run in
  * flight has an execution context of its own (an arena and argument tables, sharing the weights and

@@ -113,6 +113,14 @@ typedef const char* (*tlmrt_plan_missing_cpu_feature_fn)(void);
 typedef const uint32_t* (*tlmrt_plan_step_work_fn)(void);
 #define TLMRT_PLAN_STEP_WORK_SUFFIX "_step_work"
 
+/* Optional, one per plan: <plan symbol>_tensor_bases() returns plan->num_tensors values, each the
+ * index of the tensor whose bytes that tensor reuses (a view: reshape, squeeze, flatten) or its own
+ * index. With it the runtime reads a 64-byte aligned input in the caller's buffer, pointing the
+ * input and its views there, instead of copying it into the arena; without it every input is
+ * copied. Kernels never write an input: their outputs are tensors of their own. */
+typedef const int32_t* (*tlmrt_plan_tensor_bases_fn)(void);
+#define TLMRT_PLAN_TENSOR_BASES_SUFFIX "_tensor_bases"
+
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA plan: C data in cuda/plan.so (a host library holding no code but this table), beside

@@ -42,12 +42,15 @@ def sha256(path: Path) -> str:
 
 
 def make_artifact(dest: Path, *, runtime_lib: Path | None = None, cpu_features: list[str] | None = None,
-                  step_work_mflop: int | None = None, view_output: bool = False) -> Path:
+                  step_work_mflop: int | None = None, view_output: bool = False,
+                  input_views: bool = False, view_base: int | None = None) -> Path:
     """Writes a complete artifact folder at `dest` and returns it.
 
     runtime_lib: a prebuilt libtlmrt.so to ship as runtime_c/libtlmrt.so (None: ship none).
     step_work_mflop: the plan says its first step (add_w) does this much work (tlmrt_plan.h's step work).
     view_output: output y is a view of the tensor add_w writes, read by scale (fake_plan.c's FAKE_VIEW_OUTPUT).
+    input_views: the plan names its tensors' bases and add_w reads x through a view (FAKE_INPUT_VIEWS);
+    view_base: that view's base in the table instead of x (a damaged table, FAKE_VIEW_BASE).
     The runtime's sources are copied whenever they exist, as the packager does.
     """
     dest.mkdir(parents=True)
@@ -57,7 +60,9 @@ def make_artifact(dest: Path, *, runtime_lib: Path | None = None, cpu_features: 
     subprocess.run(["gcc", "-std=c11", "-O2", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-fvisibility=hidden", f"-I{RUNTIME_C}",
                     f'-DFAKE_WEIGHTS_SHA256="{sha256(weights)}"',
                     *([f"-DFAKE_STEP_WORK={step_work_mflop}"] if step_work_mflop is not None else []),
-                    *(["-DFAKE_VIEW_OUTPUT"] if view_output else []), str(FAKE_PLAN), "-o", str(dest / "x86" / "model.so")],
+                    *(["-DFAKE_VIEW_OUTPUT"] if view_output else []),
+                    *(["-DFAKE_INPUT_VIEWS"] if input_views else []),
+                    *([f"-DFAKE_VIEW_BASE={view_base}"] if view_base is not None else []), str(FAKE_PLAN), "-o", str(dest / "x86" / "model.so")],
                    check=True, capture_output=True, text=True)
     (dest / "runtime_c").mkdir()
     for p in sorted(RUNTIME_C.iterdir()):

@@ -96,6 +96,15 @@ static void report_num_task(int n) {
   fclose(f);
 }
 
+/* With FAKE_INPUT_ADDRESS_FILE set, add_w writes the address its x argument's bytes were read at. */
+static void report_input_address(const void* x) {
+  const char* path = getenv("FAKE_INPUT_ADDRESS_FILE");
+  FILE* f = path != NULL ? fopen(path, "w") : NULL;
+  if (f == NULL) return;
+  fprintf(f, "%llu", (unsigned long long)(uintptr_t)x);
+  fclose(f);
+}
+
 static int add_rows(int task_id, tlmrt_parallel_env* penv, void* cdata) {
   add_ctx* c = (add_ctx*)cdata;
   int n = penv->num_task > 0 ? penv->num_task : 1;
@@ -113,6 +122,7 @@ EXPORT int32_t __tvm_ffi_add_w(void* self, const TVMFFIAny* args, int32_t n, TVM
   DLTensor* y = tensor_arg(args, 2, 2, kShape23, 2);
   if (!x || !w || !y) return fail("add_w: argument type, dtype or shape mismatch");
   if (!__TVMBackendParallelLaunch) return fail("add_w: the parallel-launch hook was not filled");
+  report_input_address((char*)x->data + x->byte_offset);
   add_ctx c = {(const float*)((char*)x->data + x->byte_offset), (const float*)((char*)w->data + w->byte_offset),
                (float*)((char*)y->data + y->byte_offset)};
   return __TVMBackendParallelLaunch(add_rows, &c, 0) == 0 ? 0 : fail("add_w: a parallel task failed");
@@ -146,8 +156,16 @@ static const tlmrt_plan_tensor kTensors[] = {
     /* 4 z */ {TLMRT_STORAGE_ARENA, 2, 32, 1, 192, 24, 2, kShape23},
     /* 5 y as a view: the bytes of y under another tensor, as a reshape's output is */
     {TLMRT_STORAGE_ARENA, 2, 32, 1, 128, 24, 2, kShape23},
+    /* 6 x as a view (what add_w reads under -DFAKE_INPUT_VIEWS) */
+    {TLMRT_STORAGE_ARENA, 2, 32, 1, 0, 24, 2, kShape23},
 };
+#ifdef FAKE_INPUT_VIEWS
+/* -DFAKE_INPUT_VIEWS: the plan names every tensor's base (tlmrt_plan.h's optional tensor bases), and
+ * add_w reads x through its view, tensor 6: the runtime reads an aligned x in the caller's buffer. */
+static const int32_t kAddArgs[] = {6, 2, 3};
+#else
 static const int32_t kAddArgs[] = {0, 2, 3};
+#endif
 #ifdef FAKE_VIEW_OUTPUT
 /* -DFAKE_VIEW_OUTPUT: output y is the view (tensor 5), which scale reads; add_w writes tensor 3. The
  * runtime must not compute y in the caller's buffer: add_w would still write the arena. */
@@ -170,7 +188,7 @@ static const tlmrt_plan kPlan = {
     256,                 /* arena_bytes */
     FAKE_WEIGHTS_BYTES,  /* weights_bytes */
     FAKE_WEIGHTS_SHA256,
-    6, kTensors,
+    7, kTensors,
     2, kInputs,
     2, kOutputs,
     2, kSteps,
@@ -182,4 +200,12 @@ EXPORT const tlmrt_plan* tlmrt_plan_v1(void) { return &kPlan; }
 /* -DFAKE_STEP_WORK=N: add_w claims N million operations of work (tlmrt_plan.h's optional step work). */
 static const uint32_t kStepWork[2] = {FAKE_STEP_WORK, 0};
 EXPORT const uint32_t* tlmrt_plan_v1_step_work(void) { return kStepWork; }
+#endif
+
+#ifdef FAKE_INPUT_VIEWS
+#ifndef FAKE_VIEW_BASE
+#define FAKE_VIEW_BASE 0 /* -DFAKE_VIEW_BASE=N: a damaged table, the view's base is N */
+#endif
+static const int32_t kTensorBases[7] = {0, 1, 2, 3, 4, 3, FAKE_VIEW_BASE};
+EXPORT const int32_t* tlmrt_plan_v1_tensor_bases(void) { return kTensorBases; }
 #endif

@@ -70,6 +70,7 @@ def render_plan(graph: Graph, inputs: list[TensorSpec], outputs: list[TensorSpec
         tensors=tensors,
         steps=steps,
         step_work=[min(int(w), 2**32 - 1) for w in step_work or []],
+        tensor_bases=[t.base for t in graph.tensors],
         inputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(inputs, graph.inputs, strict=True)],
         outputs=[{"name": c_string(s.name), "tensor": tid} for s, tid in zip(outputs, graph.outputs, strict=True)],
         arena_bytes=graph.arena_bytes,

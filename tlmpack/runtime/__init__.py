@@ -16,6 +16,7 @@ from tlmpack.runtime.errors import (
     TlmpackError,
     TlmpackWarning,
 )
+from tlmpack.runtime.kernels import empty_aligned
 from tlmpack.runtime.model import Model, TensorSpec, load
 from tlmpack.runtime.preflight import CheckReport, check
 
@@ -31,5 +32,6 @@ __all__ = [
     "TlmpackError",
     "TlmpackWarning",
     "check",
+    "empty_aligned",
     "load",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tlmpack.runtime.kernels import empty_aligned
 from tlmpack.runtime.model import Model, load
 
 
@@ -72,15 +73,15 @@ class BenchResult:
 
 
 def random_feed(model: Model, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for timing: floats ~ N(0, 1); integers 0, always a valid index (token ids, positions)."""
+    """Inputs for timing: floats ~ N(0, 1); integers 0, always a valid index (token ids, positions).
+    64-byte aligned, as a torch tensor or ``empty_aligned`` gives them: the model reads them in place."""
     rng = np.random.default_rng(seed)
     feed = {}
     largest = model.batch_plans[-1] if model.batch_plans else 0  # a dynamic batch: its largest plan
     for spec in (s.with_batch(largest) for s in model.inputs):
-        if np.dtype(spec.dtype).kind == "f":
-            feed[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
-        else:
-            feed[spec.name] = np.zeros(spec.shape, dtype=spec.dtype)
+        value = empty_aligned(spec.shape, spec.dtype)
+        value[...] = rng.standard_normal(spec.shape) if np.dtype(spec.dtype).kind == "f" else 0
+        feed[spec.name] = value
     return feed
 
 

@@ -65,7 +65,8 @@ def _runtime_library() -> ctypes.CDLL:
 
 def empty_aligned(shape: tuple[int, ...], dtype: object) -> np.ndarray:
     """An uninitialized C-contiguous array whose data is 64-byte aligned, as TVM's kernels assume
-    (arrays that are not get copied to one around each call)."""
+    (arrays that are not get copied to one around each call). A model reads an input given in one
+    where it is, without copying it into its arena; numpy's own arrays are often only 16-byte aligned."""
     dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
