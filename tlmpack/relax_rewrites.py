@@ -111,9 +111,45 @@ def pad_awkward_extents(mod, policy: PadPolicy):
             for (known, known_to, known_value), done in padded.items():
                 if known_to == to and known_value == value and known.same_as(expr):
                     return done
-            done = self.builder_.emit(relax.op.nn.pad(expr, [w for pair in widths for w in pair], pad_value=value))
+            source = self.row_reshape_source(expr, shape, to)
+            if source is not None:  # pad before the reshape, so that the pad can fuse into source's producer
+                source, source_shape, source_to = source
+                done = self.builder_.emit(relax.op.reshape(self.pad(source, source_shape, source_to, value), to))
+            else:
+                done = self.builder_.emit(relax.op.nn.pad(expr, [w for pair in widths for w in pair], pad_value=value))
             padded[(expr, to, value)] = done
             return done
+
+        def row_reshape_source(self, expr, shape: tuple[int, ...], to: tuple[int, ...]):
+            """(X, X's shape, X's padded shape) when ``expr`` (rows x columns after axes of 1) is a
+            reshape of X whose padding is X's padding reshaped, else None: X has the same rows and
+            columns behind axes of 1 ([1, T, C] read as [T, C], as GPT-2's Conv1D Gemm reads its
+            input), or, when only the rows are padded, columns split over trailing axes (attention's
+            heads [1, T, H, D] merged into [T, H * D]). A pad right after X's producer (a GELU, a
+            layer norm, the heads' transpose) fuses into its kernel; a pad after the reshape (a
+            view) is a kernel of its own."""
+            if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not isinstance(expr, relax.Var):
+                return None
+            if any(t != d for t, d in zip(to[:-2], shape[:-2], strict=True)):
+                return None
+            rows, columns, to = shape[-2], shape[-1], to[-2:]
+            value = self.lookup_binding(expr)
+            if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                    and value.op.name == "relax.reshape"):
+                return None
+            source = value.args[0]
+            source_shape = static_shape(source)
+            for lead in range(len(source_shape or ()) - 1):  # source_shape[lead] is the rows axis
+                rest = source_shape[lead + 1:]
+                if (any(d != 1 for d in source_shape[:lead]) or source_shape[lead] != rows
+                        or int(np.prod(rest, dtype=np.int64)) != columns):
+                    continue
+                if rest == (columns,):
+                    return source, source_shape, (*source_shape[:lead], *to)
+                if to[1] == columns:  # padded columns would have to be spread over the merged axes
+                    return source, source_shape, (*source_shape[:lead], to[0], *rest)
+                return None
+            return None
 
         def padded_softmax(self, expr, shape: tuple[int, ...], to: tuple[int, ...]):
             """When ``expr`` is a softmax over its last axis (attention's P, whose keys are P V's
