@@ -235,11 +235,19 @@ def single_row(task: TaskClass) -> bool:
     return len(task.spatial) >= 2 and math.prod(task.spatial[:-1]) == 1 and task.epilogue_growth == 1
 
 
-def outer_chunks(tiles: int, others: int, cores: int) -> int:
+# parallel chunks a core: enough that a delayed thread's share is taken by the others
+CHUNKS_PER_CORE = 8
+# for a weight-bound convolution: every pixel chunk streams every weight panel again, so one a core
+# (module notes)
+WEIGHT_BOUND_CHUNKS_PER_CORE = 1
+
+
+def outer_chunks(tiles: int, others: int, cores: int, per_core: int = CHUNKS_PER_CORE) -> int:
     """How many of a loop's ``tiles`` stay in the parallel level-0 loop: the fewest (a divisor)
-    that, with the ``others`` chunks of the other level-0 loops, keep 8 parallel chunks per core."""
+    that, with the ``others`` chunks of the other level-0 loops, keep ``per_core`` parallel chunks
+    per core."""
     for count in range(1, tiles + 1):
-        if tiles % count == 0 and count * others >= 8 * cores:
+        if tiles % count == 0 and count * others >= per_core * cores:
             return count
     return tiles
 
@@ -340,7 +348,7 @@ class X86Matmul(Rule):
             for site in spatial[:last]:
                 first, block, middle, innermost = chosen[site.index]
                 others = math.prod(chosen[s.index][0] for s in spatial if s is not site)
-                count = outer_chunks(first, others, hardware.cores)
+                count = outer_chunks(first, others, hardware.cores, WEIGHT_BOUND_CHUNKS_PER_CORE)
                 chosen[site.index] = (count, first // count * block, middle, innermost)
         if channels_inside_pixels(task):
             # the channel tiles go to level 1, inside the pixel tiles, as far as the cores' chunks allow
