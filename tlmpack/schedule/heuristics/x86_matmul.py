@@ -23,7 +23,10 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   1 as well, as far as the cores' chunks allow, so each weight panel is read once per call and
   not once per row of pixels (ResNet-50's 7x7 stage in the whole model, one thread: 3x3 over 512
   channels 4559 -> 3788 us, 1x1 1024 -> 2048 4353 -> 3259 us; in isolation, weights in cache,
-  no change);
+  no change); those cores' chunks are one a core, not 8: built for 16 cores, 8 a core kept the
+  7x7 stage's rows in the parallel loop, each 590 KB panel streamed once per row, and on the
+  16-core Xeon that stage ran 2.4-3.1x onnxruntime's time per node; with one a core 0.61-0.86x,
+  the whole ResNet-50 0.90-0.95x its time at 16 threads (BENCHMARKS.md 2026-12-06 14:13);
 - on one core, a task with a single output row (a GEMV: a classifier's dense layer, a
   squeeze-excite 1x1 convolution, a global pool written as a matmul) walks its column tiles at
   level 2, inside the outer reduction loop, so each step streams a whole contiguous row of the
