@@ -128,9 +128,9 @@ def pad_awkward_extents(mod, policy: PadPolicy):
             reshape of X whose padding is X's padding reshaped, else None: X has the same rows and
             columns behind axes of 1 ([1, T, C] read as [T, C], as GPT-2's Conv1D Gemm reads its
             input), or, when only the rows are padded, columns split over trailing axes (attention's
-            heads [1, T, H, D] merged into [T, H * D]). A pad right after X's producer (a GELU, a
-            layer norm, the heads' transpose) fuses into its kernel; a pad after the reshape (a
-            view) is a kernel of its own."""
+            heads [1, T, H, D] merged into [T, H * D]). A pad right after X's producer (a GELU, the
+            heads' transpose; not a reduction: fuses_a_pad) fuses into its kernel; a pad after the
+            reshape (a view) is a kernel of its own."""
             if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not isinstance(expr, relax.Var):
                 return None
             if any(t != d for t, d in zip(to[:-2], shape[:-2], strict=True)):
