@@ -57,13 +57,22 @@ def x86_target(cpu: str | None = None, num_cores: int | None = None) -> X86Targe
     return X86Target(cpu, int(target.attrs["num-cores"]), features)
 
 
-def build_kernels(funcs: dict[str, Any], target: X86Target, out_object: Path) -> list[str]:
-    """Compiles all tasks into one object file; returns the exported symbol of each task, in order."""
+def compile_kernels(funcs: dict[str, Any], tvm_target) -> Any:
+    """TVM's executable of the scheduled ``funcs``, each exported under its key. Every x86 kernel,
+    a build's, a tuner's candidate or a dataset program, goes through here, so what is timed is
+    what is shipped: the epilogue prefetches (x86_prefetch.py) are added on the way."""
     import tvm
 
-    mod = tvm.IRModule({task_id: f.with_attr("global_symbol", task_id) for task_id, f in funcs.items()})
+    from .x86_prefetch import prefetch_epilogue_lines
+
+    mod = tvm.IRModule({name: prefetch_epilogue_lines(f).with_attr("global_symbol", name) for name, f in funcs.items()})
+    return tvm.compile(mod, target=tvm_target)
+
+
+def build_kernels(funcs: dict[str, Any], target: X86Target, out_object: Path) -> list[str]:
+    """Compiles all tasks into one object file; returns the exported symbol of each task, in order."""
     try:
-        executable = tvm.compile(mod, target=target.tvm_target())
+        executable = compile_kernels(funcs, target.tvm_target())
     except Exception as e:
         raise LoweringError(f"TVM failed to build the x86 kernels: {type(e).__name__}: {e}") from None
     executable.mod.write_to_file(str(out_object))

@@ -40,8 +40,8 @@ def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str,
     ``weight_param``: the parameter the build pre-packs; each candidate's kernel then reads it
     packed for its own tiling, as the built model's will."""
     import numpy as np
-    import tvm
 
+    from ..lower.x86 import compile_kernels
     from ..runtime.kernels import KernelLibrary, random_arguments
 
     args = random_arguments(func, num_outputs, seed=0)
@@ -52,7 +52,7 @@ def measure_candidates(func, num_outputs: int, tvm_target, candidates: dict[str,
     with tempfile.TemporaryDirectory(prefix="tlmpack-tune-") as tmp:
         path = Path(tmp) / "candidates.so"
         try:
-            tvm.compile(tvm.IRModule({n: f for n, (f, _) in kernels.items()}), target=tvm_target).export_library(str(path))
+            compile_kernels({n: f for n, (f, _) in kernels.items()}, tvm_target).export_library(str(path))
         except Exception:  # noqa: BLE001  one bad candidate: build them one by one
             return out | {n: _measure_one(f, own, tvm_target, threads, n) for n, (f, own) in kernels.items()}
         with KernelLibrary(str(path), threads) as lib:
@@ -96,14 +96,13 @@ def _as_built(func, num_outputs: int, tvm_target, candidates: dict[str, tuple[in
 
 
 def _measure_one(func, args: list, tvm_target, threads: int, name: str) -> float | None:
-    import tvm
-
+    from ..lower.x86 import compile_kernels
     from ..runtime.kernels import KernelLibrary
 
     with tempfile.TemporaryDirectory(prefix="tlmpack-tune-") as tmp:
         path = Path(tmp) / "one.so"
         try:
-            tvm.compile(tvm.IRModule({name: func}), target=tvm_target).export_library(str(path))
+            compile_kernels({name: func}, tvm_target).export_library(str(path))
             with KernelLibrary(str(path), threads) as lib:
                 return min(min(lib.time(name, [a.copy() for a in args], 1, ROUND_MS)) for _ in range(ROUNDS)) * 1e6
         except Exception:  # noqa: BLE001

@@ -55,10 +55,9 @@ class JobResult:
 
 
 def _compile(funcs: dict[str, Any], target):
-    import tvm
+    from ..lower.x86 import compile_kernels
 
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
-    return tvm.compile(mod, target=target)
+    return compile_kernels(funcs, target)
 
 
 def compile_group(funcs: dict[str, Any], target) -> tuple[Any, dict[str, str]]:
