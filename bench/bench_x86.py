@@ -15,9 +15,11 @@ For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 3. the artifact is loaded with ``tlmpack.runtime.load(tar, device="cpu", num_threads=T)`` and
    onnxruntime with ``intra_op_num_threads=T, inter_op_num_threads=1`` (all graph optimizations);
 4. both run the same input; rel err = ‖tlmpack − ORT‖ / ‖ORT‖;
-5. three rounds; in each, every engine (rotating which goes first) runs ``--warmup`` untimed
-   runs and then a third of ``--runs`` timed runs back to back, so each is timed warm and drift
-   hits all engines alike; the table shows medians.
+5. ``--rounds`` rounds (default 3); in each, every engine (rotating which goes first) runs
+   ``--warmup`` untimed runs and then its share of ``--runs`` timed runs back to back, so each is
+   timed warm and drift hits all engines alike; the table shows medians, and each engine's ratio
+   to onnxruntime both from the medians and "by round" (the geometric mean of the rounds' ratios,
+   which a host that changes speed between rounds does not skew).
 
 ``--compare LABEL=PATH`` adds prebuilt artifacts (``{model}`` in PATH is the model's name; ``PATH?KEY=VALUE``
 loads one with those environment variables, e.g. ``TLMPACK_RUNTIME_LIB=old/libtlmrt.so``), e.g.
@@ -32,6 +34,7 @@ model, core count, thread count and the exact command. ``--ort-only`` times onnx
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shlex
@@ -180,15 +183,16 @@ def ort_session(onnx_path: Path, threads: int):
 
 
 def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: int = 3,
-                     gate=None) -> dict[str, list[float]]:
+                     gate=None, per_round: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """``rounds`` rounds; in each, every engine (in rotated order) runs ``warmup`` untimed runs and
     then about runs / rounds timed runs back to back. The untimed runs absorb the switch from the
     previous engine (its spinning worker threads, caches, an idle core's wake-up), so each engine is
     timed warm and steady, and drift over the rounds hits all engines alike. ``gate``
-    (tlmpack.training.host_gate.HostGate) holds each block while the host's other tenants are busy."""
+    (tlmpack.training.host_gate.HostGate) holds each block while the host's other tenants are busy.
+    ``per_round``, when given, gets each engine's median of every round (see round_ratio)."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
-    per_round = max(1, -(-runs // rounds))
+    runs_a_round = max(1, -(-runs // rounds))
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
@@ -196,11 +200,23 @@ def time_alternating(fns: dict[str, callable], runs: int, warmup: int, rounds: i
                 gate.wait()
             for _ in range(warmup):
                 fns[n]()
-            for _ in range(per_round):
+            block = []
+            for _ in range(runs_a_round):
                 t0 = time.perf_counter()
                 fns[n]()
-                times[n].append(time.perf_counter() - t0)
+                block.append(time.perf_counter() - t0)
+            times[n] += block
+            if per_round is not None:
+                per_round.setdefault(n, []).append(statistics.median(block))
     return times
+
+
+def round_ratio(per_round: dict[str, list[float]], engine: str, reference: str = "ort") -> float:
+    """Geometric mean over rounds of engine's round median / the reference's round median: a
+    ratio that holds when the host changes speed between rounds (a shared VM does, by 20-30 %
+    within a minute), which the ratio of whole-run medians does not."""
+    ratios = [a / b for a, b in zip(per_round[engine], per_round[reference], strict=True)]
+    return math.exp(sum(map(math.log, ratios)) / len(ratios))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up runs per engine (default 3)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of alternating engines (default 3); the table's 'by round' ratios come from them")
     ap.add_argument("--seed", type=int, default=zoo.DEFAULT_SEED)
     ap.add_argument("--rebuild", action="store_true", help="rebuild artifacts even when up to date")
     ap.add_argument("--ort-only", action="store_true", help="time onnxruntime only (no tlmpack build)")
@@ -337,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             row["err"][label] = rel_err(model.run(None, feed)[0], ort_out)
             fns[label] = lambda m=model, f=feed: m.run(None, f)
         fns["ort"] = lambda s=sess, f=feed: s.run(None, f)
-        row["times"] = time_alternating(fns, args.runs, args.warmup, gate=gate)
+        row["per_round"] = {}
+        row["times"] = time_alternating(fns, args.runs, args.warmup, rounds=args.rounds, gate=gate,
+                                        per_round=row["per_round"])
         rows.append(row)
         ort_ms = statistics.median(row["times"]["ort"])
         print(f"[{name}] ORT {ort_ms * 1e3:.2f} ms; " + "; ".join(
@@ -352,14 +372,16 @@ def main(argv: list[str] | None = None) -> int:
     columns = [s for s in labels if any(s in r["times"] for r in rows)]
     table = [
         "| model | " + " | ".join(f"{s} ms" for s in columns) + " | ORT ms | "
-        + " | ".join(f"{s}/ORT" for s in columns) + " | " + " | ".join(f"{s} rel err" for s in columns)
+        + " | ".join(f"{s}/ORT" for s in columns) + " | " + " | ".join(f"{s}/ORT by round" for s in columns)
+        + " | " + " | ".join(f"{s} rel err" for s in columns)
         + " | build s | notes |",
-        "|---|" + "---:|" * (3 * len(columns) + 2) + "---|",
+        "|---|" + "---:|" * (4 * len(columns) + 2) + "---|",
     ]
     for r in rows:
         ort_ms = statistics.median(r["times"]["ort"])
         cells = [fmt_ms(r["times"].get(s)) for s in columns] + [fmt_ms(r["times"]["ort"])]
         cells += [f"{statistics.median(r['times'][s]) / ort_ms:.2f}" if s in r["times"] else "-" for s in columns]
+        cells += [f"{round_ratio(r['per_round'], s):.2f}" if s in r["times"] else "-" for s in columns]
         cells += [f"{r['err'][s]:.1e}" if s in r["err"] else "-" for s in columns]
         builds = [f"{s} {r['build'][s]:.0f}" for s in columns if r["build"].get(s)]
         cells += [", ".join(builds) or "cached", "; ".join(r["status"])]
@@ -379,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         f"- machine: {cpu_model()}, {physical} physical cores / {logical} logical CPUs"
         + (f" ({cpu_flags()})" if cpu_flags() else ""),
         f"- threads: {threads} (tlmpack num_threads, ORT intra_op_num_threads; ORT inter_op 1)",
-        f"- timing: 3 rounds, each engine {args.warmup} warm-up runs then {-(-args.runs // 3)} timed runs back to back per round "
-        f"(rotating order); median of {3 * -(-args.runs // 3)} timed runs",
+        f"- timing: {args.rounds} rounds, each engine {args.warmup} warm-up runs then {-(-args.runs // args.rounds)} timed runs back to back per round "
+        f"(rotating order); median of {args.rounds * -(-args.runs // args.rounds)} timed runs; 'by round': geometric "
+        "mean over rounds of the round's median over onnxruntime's in that round",
         f"- versions: tlmpack {git_rev()}, onnxruntime {ort.__version__}, tvm {tvm_v}, python {platform.python_version()}",
         f"- command: `{command}`",
     ]
