@@ -27,6 +27,9 @@ class TaskClass:
     # elements the task writes / elements the main block computes: > 1 when an epilogue broadcasts
     # the result (squeeze-excite: a 1x1 conv's 480 values scale a 480x14x14 tensor, 196)
     epilogue_growth: int = 1
+    # the epilogue writes fewer elements than the main block computes: it slices off the rows or
+    # columns that relax_rewrites.pad_awkward_extents padded (GPT-2's LM head: 132 x 50272 -> 128 x 50257)
+    epilogue_drops: bool = False
 
     @property
     def rows(self) -> int:
@@ -110,4 +113,4 @@ def classify(func) -> TaskClass:
     last = blocks[-1]  # where the task's output is written: an epilogue, or the main block itself
     written = math.prod(int(v.dom.extent) for v in last.iter_vars if v.iter_type == tirx.IterVar.DataPar)
     growth = max(written // max(math.prod(spatial), 1), 1)
-    return TaskClass("matmul", main.name_hint, spatial, reduction, reuse, growth)
+    return TaskClass("matmul", main.name_hint, spatial, reduction, reuse, growth, written < math.prod(spatial))

@@ -55,7 +55,11 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   of at most 160 multiply-adds an output only; on the Zen 2 EPYC, 2 threads, ResNet-50's 14x14
   1x1 convolution 256 -> 1024 with its residual add ran 627-658 -> 548 us alone, and with the
   channel order below the whole model 0.98-0.99x. Matmuls keep their tail at the root (bert-base,
-  gpt2 unchanged);
+  gpt2 unchanged), except a tail that slices off the rows or columns pad_awkward_extents padded:
+  at the root it is a second pass over the whole padded result (GPT-2's LM head: a 26.5 MB
+  intermediate, its 57 ms 4-5 ms more than the bare matmul's), inside the tile it writes only the
+  kept part of each tile (Zen 2, 2 threads, paired: GPT-2 0.94x, BERT-base and a 197-token
+  encoder 0.96x, bitwise-equal outputs; BENCHMARKS.md 2026-12-06 17:10);
 - a channels-last dense convolution over 16 or more input channels walks its output-channel tiles
   inside its pixel tiles (level 1), as far as the cores' parallel chunks allow: each pixel tile's
   input stays in L1 for every channel tile, and the tail reads and writes whole contiguous pixels
@@ -268,7 +272,7 @@ def macs_per_output(task: TaskClass) -> int:
 
 def tail_in_tile(task: TaskClass) -> bool:
     """Whether the epilogue is computed inside the register tile's loops (module notes)."""
-    return task.epilogue_growth >= 2 or is_convolution(task)
+    return task.epilogue_growth >= 2 or is_convolution(task) or task.epilogue_drops
 
 
 INLINE = -2  # a compute location: the producer inlined into its consumer (schedule.space)
