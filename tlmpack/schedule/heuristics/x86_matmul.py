@@ -71,6 +71,11 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   stays in L1 under the channel tiles outside), nor weight-bound ones (they stream each panel
   once). Whole models with both changes, paired (BENCHMARKS.md 2026-12-06 10:50): ResNet-50
   0.97x, MobileNetV2 and EfficientNet-B0 0.98x.
+  Since the tail's lines are prefetched (lower/x86_prefetch.py), a 1x1 convolution over 128 input
+  channels or more keeps its channel tiles outside again: ResNet-50's 28x28 residual convolution
+  723-755 -> 600-605 us, its 512 -> 256 one 0.96x, the model 0.99x paired twice; over 64 channels
+  the 56x56 residual one was 1.05-1.08x slower outside, so it stays inside (MobileNetV2 and
+  EfficientNet-B0 1.00; BENCHMARKS.md 2026-12-06 17:40).
 """
 
 from __future__ import annotations
@@ -224,14 +229,17 @@ def channels_last(task: TaskClass) -> bool:
 
 # a convolution over fewer input channels than this (an image stem's 3) keeps its channel tiles outermost
 CHANNELS_INSIDE_MIN_INPUT = 16
+# a 1x1 convolution over this many input channels or more keeps its channel tiles outside (module notes)
+POINTWISE_OUTSIDE_MIN_INPUT = 128
 
 
 def channels_inside_pixels(task: TaskClass) -> bool:
     """Whether a channels-last convolution walks its output-channel tiles inside its pixel tiles
     (module notes): dense, not weight-bound (those stream each weight panel once), and over enough
     input channels that a pixel tile's input is worth keeping in L1 across every channel tile."""
+    pointwise_deep = math.prod(task.reduction[:-1]) == 1 and task.reduction[-1] >= POINTWISE_OUTSIDE_MIN_INPUT
     return (is_convolution(task) and not task.block.startswith("group_conv") and bool(task.reduction)
-            and channels_last(task) and not weight_bound(task)
+            and channels_last(task) and not weight_bound(task) and not pointwise_deep
             and task.reduction[-1] >= CHANNELS_INSIDE_MIN_INPUT)
 
 
