@@ -16,6 +16,7 @@ change a result. The pass changes nothing else and leaves kernels without that s
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 LINE_BYTES = 64
@@ -82,6 +83,8 @@ def _epilogue_prefetch(stmt: Any, params: list) -> Any | None:
     from tvm import tirx
     from tvm.ir.prim import expr as prim
 
+    from ..schedule.heuristics.classify import buffer_loads
+
     nest = _loop_nest(stmt)
     if nest is None:
         return None
@@ -92,20 +95,17 @@ def _epilogue_prefetch(stmt: Any, params: list) -> Any | None:
     out = store.buffer
     if not any(out.same_as(p) for p in params) or not all(isinstance(x, prim.IntImm) for x in out.shape):
         return None
-    inner = loops[-1]
-    if not isinstance(inner.extent, prim.IntImm):
+    if not all(isinstance(lp.extent, prim.IntImm) for lp in loops):
         return None
+    inner = loops[-1]
     lanes_per_line = max(LINE_BYTES * 8 // tvm.DataType(out.dtype).bits, 1)
     lines = -(-int(inner.extent) // lanes_per_line)
-    outer_extents = [int(lp.extent) if isinstance(lp.extent, prim.IntImm) else None for lp in loops[:-1]]
-    total = lines
-    for extent in outer_extents:
-        total = None if extent is None or total is None else total * extent
-    if total is None or total > MAX_LINES:
+    total = lines * math.prod(int(lp.extent) for lp in loops[:-1])
+    if total > MAX_LINES:
         return None
 
     accesses = [(out, list(store.indices), 1)] + [
-        (load.source, list(load.indices), 0) for load in _loads(store.value)
+        (load.source, list(load.indices), 0) for load in buffer_loads(store.value, through_calls=True)
         if any(load.source.same_as(p) for p in params) and not load.source.same_as(out)
         and [int(x) for x in load.source.shape] == [int(x) for x in out.shape]]
     iter_vars = [iv.var for iv in block.iter_vars]
@@ -146,32 +146,3 @@ def _mentions(expr: Any, var: Any) -> bool:
     from tvm import tirx
 
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
-
-
-def _loads(expr: Any) -> list:
-    """Every BufferLoad in ``expr``."""
-    from tvm.ir import expr as ir_expr
-    from tvm.ir.prim import expr as prim
-
-    found: list = []
-
-    def visit(e: Any) -> None:
-        if isinstance(e, ir_expr.TensorLoad):
-            found.append(e)
-            for i in e.indices:
-                visit(i)
-        elif isinstance(e, ir_expr.Call):
-            for a in e.args:
-                visit(a)
-        elif hasattr(e, "a") and hasattr(e, "b"):
-            visit(e.a)
-            visit(e.b)
-        elif isinstance(e, prim.Cast):
-            visit(e.value)
-        elif isinstance(e, prim.Select):
-            visit(e.condition)
-            visit(e.true_value)
-            visit(e.false_value)
-
-    visit(expr)
-    return found

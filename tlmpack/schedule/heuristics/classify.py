@@ -44,18 +44,24 @@ class TaskClass:
                                "reuse": {k: list(v) for k, v in self.reuse.items()}}
 
 
-def _loads(expr) -> list:
-    """Buffer loads in an expression, outermost first."""
+def buffer_loads(expr, through_calls: bool = False) -> list:
+    """Buffer loads in an expression, outermost first. ``through_calls``: also inside calls and
+    selects (an epilogue's clip or sigmoid); the multiply-accumulate test looks at operands only."""
     from tvm.ir import expr as E
+    from tvm.ir.prim import expr as P
 
     if isinstance(expr, E.TensorLoad):
         return [expr]
+    children = [getattr(expr, name, None) for name in ("a", "b", "value")]
+    if through_calls and isinstance(expr, E.Call):
+        children += list(expr.args)
+    if through_calls and isinstance(expr, P.Select):
+        children += [expr.condition, expr.true_value, expr.false_value]
     found = []
-    for name in ("a", "b", "value"):
-        child = getattr(expr, name, None)
+    for child in children:
         if child is not None and not isinstance(child, int | float):
             try:
-                found.extend(_loads(child))
+                found.extend(buffer_loads(child, through_calls))
             except TypeError:
                 pass
     return found
@@ -76,7 +82,7 @@ def _is_multiply_accumulate(block) -> tuple[bool, list]:
             update = update.value
         if (isinstance(accumulated, E.TensorLoad) and accumulated.source.same_as(store.buffer)
                 and isinstance(update, P.Mul)):
-            operands = _loads(update)
+            operands = buffer_loads(update)
             if len(operands) == 2 and not operands[0].source.same_as(operands[1].source):
                 return True, operands
     return False, []

@@ -237,9 +237,10 @@ def channels_inside_pixels(task: TaskClass) -> bool:
     """Whether a channels-last convolution walks its output-channel tiles inside its pixel tiles
     (module notes): dense, not weight-bound (those stream each weight panel once), and over enough
     input channels that a pixel tile's input is worth keeping in L1 across every channel tile."""
+    if not (is_convolution(task) and not task.block.startswith("group_conv") and task.reduction):
+        return False
     pointwise_deep = math.prod(task.reduction[:-1]) == 1 and task.reduction[-1] >= POINTWISE_OUTSIDE_MIN_INPUT
-    return (is_convolution(task) and not task.block.startswith("group_conv") and bool(task.reduction)
-            and channels_last(task) and not weight_bound(task) and not pointwise_deep
+    return (channels_last(task) and not weight_bound(task) and not pointwise_deep
             and task.reduction[-1] >= CHANNELS_INSIDE_MIN_INPUT)
 
 
