@@ -69,11 +69,27 @@ def _model(tmp_path, size: int = 14):
     (56, 56, 6, 3136),  # widened instead (60 columns)
     (12, 12, 6, 144),  # whole already
     (5, 5, 8, 25),  # 32 would add 28 %
+    (14, 14, 8, 196),  # AVX-512's 8 rows: the map's own 7 pixels are enough (ENOUGH_ROWS), not 200 flattened
 ])
 def test_small_maps_are_flattened_when_no_wider_width_holds_a_tile(width, height, rows, pixels):
     from tlmpack.conv_width import flat_pixels
 
     assert flat_pixels(width, height, rows) == pixels
+
+
+@pytest.mark.parametrize("width, height, rows, pixels, fills", [
+    (14, 14, 8, 7, True),  # 7 x 1 of 8: 14 accumulators of two vectors, left alone
+    (14, 14, 6, 4, False),  # AVX2's 6 rows: 2 x 2 only, so widened (14 -> 15)
+    (56, 56, 6, 4, False),
+    (56, 56, 8, 8, True),
+    (7, 7, 8, 7, True),
+    (12, 12, 6, 6, True),
+])
+def test_a_map_whose_own_tile_is_nearly_whole_is_left_alone(width, height, rows, pixels, fills):
+    from tlmpack.conv_width import fills_tile, tile_pixels
+
+    assert tile_pixels(width, height, rows) == pixels
+    assert fills_tile(width, height, rows) == fills
 
 
 def test_only_convolutions_with_whole_two_vector_rows_are_widened():

@@ -33,6 +33,10 @@ from typing import Any, NamedTuple
 MAX_EXTRA = 0.08  # at most this fraction of extra output columns (56 -> 60, 28 -> 30, 14 -> 15)
 MIN_WIDTH = 8  # narrower maps are flattened instead (flat_pixels)
 MAX_FLAT_EXTRA = 0.125  # a flattened map may add this fraction of pixels (7 x 7: 49 -> 54)
+# a map whose own best tile holds this share of ``rows`` pixels is left alone (AVX-512's 8 rows: a
+# 14-wide map's 7 pixels x 2 vectors are 14 accumulators; flattened to 200 pixels for 8, ResNet-50's
+# 14 x 14 convolutions ran 1.15-1.25x slower on a Zen 4 EPYC at 2 threads)
+ENOUGH_ROWS = 7 / 8
 
 
 def _divisors(n: int) -> list[int]:
@@ -44,13 +48,23 @@ def has_tile(width: int, height: int, rows: int) -> bool:
     return any(rows % a == 0 and height % (rows // a) == 0 for a in _divisors(width) if a <= rows)
 
 
+def tile_pixels(width: int, height: int, rows: int) -> int:
+    """The most pixels, at most ``rows``, that a tile of a divisor of the width times one of the height holds."""
+    return max(a * b for a in _divisors(width) if a <= rows for b in _divisors(height) if a * b <= rows)
+
+
+def fills_tile(width: int, height: int, rows: int) -> bool:
+    """Whether the map as it is gives a tile of at least ENOUGH_ROWS of ``rows`` pixels: no wider output needed."""
+    return tile_pixels(width, height, rows) >= ENOUGH_ROWS * rows
+
+
 def wider_width(width: int, height: int, rows: int) -> int:
-    """The output width to compute: ``width`` when it already gives a ``rows``-pixel tile (or is too
-    narrow, or no wider one is within MAX_EXTRA); else the next multiple of ``rows``, all of the tile's
+    """The output width to compute: ``width`` when it already gives a tile of nearly ``rows`` pixels
+    (fills_tile), or is too narrow, or no wider one is within MAX_EXTRA; else the next multiple of ``rows``, all of the tile's
     pixels in one output row (56 -> 60); else the narrowest that splits them over two rows (14 -> 15,
     3 x 2). One row measured faster: ResNet-50's 56 x 56 1 x 1 convolutions over 256 channels, alone,
     2 threads, 0.89-0.90 of their time at 60 columns against 1.06 at 57 (3 x 2)."""
-    if rows <= 1 or width < MIN_WIDTH or has_tile(width, height, rows):
+    if rows <= 1 or width < MIN_WIDTH or fills_tile(width, height, rows):
         return width
     limit = int(width * (1 + MAX_EXTRA))
     if -(-width // rows) * rows <= limit:
@@ -66,7 +80,7 @@ def flat_pixels(width: int, height: int, rows: int) -> int:
     (a 7 x 7 map: 49 -> 54, 6 rows of one vector pair): the next multiple of ``rows``, within
     MAX_FLAT_EXTRA; else width x height (left alone)."""
     pixels = width * height
-    if rows <= 1 or has_tile(width, height, rows) or wider_width(width, height, rows) != width or pixels < rows:
+    if rows <= 1 or fills_tile(width, height, rows) or wider_width(width, height, rows) != width or pixels < rows:
         return pixels
     up = -(-pixels // rows) * rows
     return up if up - pixels <= MAX_FLAT_EXTRA * pixels else pixels
