@@ -60,12 +60,15 @@ def x86_target(cpu: str | None = None, num_cores: int | None = None) -> X86Targe
 def compile_kernels(funcs: dict[str, Any], tvm_target) -> Any:
     """TVM's executable of the scheduled ``funcs``, each exported under its key. Every x86 kernel,
     a build's, a tuner's candidate or a dataset program, goes through here, so what is timed is
-    what is shipped: the epilogue prefetches (x86_prefetch.py) are added on the way."""
+    what is shipped: the epilogue prefetches (x86_prefetch.py) are added on the way, and a kernel
+    without a parallel loop runs its large element-wise tail on every thread (x86_serial_tails.py)."""
     import tvm
 
     from .x86_prefetch import prefetch_epilogue_lines
+    from .x86_serial_tails import parallel_serial_tails
 
-    mod = tvm.IRModule({name: prefetch_epilogue_lines(f).with_attr("global_symbol", name) for name, f in funcs.items()})
+    mod = tvm.IRModule({name: parallel_serial_tails(prefetch_epilogue_lines(f)).with_attr("global_symbol", name)
+                        for name, f in funcs.items()})
     return tvm.compile(mod, target=tvm_target)
 
 
