@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .tir_rebuild import loop_nest, loop_with, realize_with_body
+
 LINE_BYTES = 64
 MAX_LINES = 256  # more than a register tile's tail: not the shape this pass is for
 UNROLL_LINES = 32  # prefetch nests up to this many lines are unrolled, larger ones stay loops
@@ -43,9 +45,7 @@ def _rewrite(stmt: Any, params: list) -> tuple[Any, bool]:
         body, changed = _rewrite(block.body, params)
         if not changed:
             return stmt, False
-        new_block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, body, block.init,
-                                 block.alloc_buffers, block.match_buffers, block.annotations)
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, new_block), True
+        return realize_with_body(stmt, body), True
     if isinstance(stmt, tirx.SeqStmt):
         parts = [_rewrite(s, params) for s in stmt.seq]
         if not any(changed for _, changed in parts):
@@ -60,20 +60,8 @@ def _rewrite(stmt: Any, params: list) -> tuple[Any, bool]:
                 body, changed = tirx.SeqStmt([*prefetches, *stmt.body.seq]), True
         if not changed:
             return stmt, False
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding,
-                        stmt.annotations), True
+        return loop_with(stmt, body), True
     return stmt, False
-
-
-def _loop_nest(stmt: Any) -> tuple[list, Any] | None:
-    """(loops, block realize) where ``stmt`` is a perfect loop nest around one block."""
-    from tvm import s_tir, tirx
-
-    loops = []
-    while isinstance(stmt, tirx.For):
-        loops.append(stmt)
-        stmt = stmt.body
-    return (loops, stmt) if loops and isinstance(stmt, s_tir.SBlockRealize) else None
 
 
 def _epilogue_prefetch(stmt: Any, params: list) -> Any | None:
@@ -85,7 +73,7 @@ def _epilogue_prefetch(stmt: Any, params: list) -> Any | None:
 
     from ..schedule.heuristics.classify import buffer_loads
 
-    nest = _loop_nest(stmt)
+    nest = loop_nest(stmt)
     if nest is None:
         return None
     loops, realize = nest

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .tir_rebuild import loop_nest, loop_with, realize_with_body
+
 MIN_TAIL_ELEMENTS = 16384  # a launch of the pool costs a few us: below this the tail is cheaper alone
 
 
@@ -56,9 +58,7 @@ def _rewrite(stmt: Any) -> tuple[Any, bool]:
         body, changed = _rewrite(block.body)
         if not changed:
             return stmt, False
-        new_block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, body, block.init,
-                                 block.alloc_buffers, block.match_buffers, block.annotations)
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, new_block), True
+        return realize_with_body(stmt, body), True
     if isinstance(stmt, tirx.SeqStmt):
         parts = [_parallel_nest(s) or _rewrite(s) for s in stmt.seq]
         if not any(changed for _, changed in parts):
@@ -68,22 +68,19 @@ def _rewrite(stmt: Any) -> tuple[Any, bool]:
         body, changed = _rewrite(stmt.body)
         if not changed:
             return stmt, False
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding,
-                        stmt.annotations), True
+        return loop_with(stmt, body), True
     return stmt, False
 
 
 def _parallel_nest(stmt: Any) -> tuple[Any, bool] | None:
     """The nest with its outermost multi-iteration loop parallel, where ``stmt`` is a perfect serial
     nest around one spatial block of at least MIN_TAIL_ELEMENTS iterations; else None."""
-    from tvm import s_tir, tirx
+    from tvm import tirx
 
-    loops, inner = [], stmt
-    while isinstance(inner, tirx.For):
-        loops.append(inner)
-        inner = inner.body
-    if not loops or not isinstance(inner, s_tir.SBlockRealize):
+    nest = loop_nest(stmt)
+    if nest is None:
         return None
+    loops, inner = nest
     block = inner.block
     extents = [_extent(loop) for loop in loops]
     if (block.init is not None or any(v.iter_type != tirx.IterVar.DataPar for v in block.iter_vars)
@@ -94,9 +91,7 @@ def _parallel_nest(stmt: Any) -> tuple[Any, bool] | None:
         return None
     rebuilt = inner
     for i in reversed(range(len(loops))):
-        loop = loops[i]
-        kind = tirx.ForKind.PARALLEL if i == at else loop.kind
-        rebuilt = tirx.For(loop.loop_var, loop.min, loop.extent, kind, rebuilt, loop.thread_binding, loop.annotations)
+        rebuilt = loop_with(loops[i], rebuilt, tirx.ForKind.PARALLEL if i == at else None)
     return rebuilt, True
 
 
