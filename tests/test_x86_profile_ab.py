@@ -1,0 +1,42 @@
+"""bench/x86_profile_ab.py: two builds' per-kernel profiles matched by kernel name, medians over rounds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("x86_profile_ab", BENCH / "x86_profile_ab.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["x86_profile_ab"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _round(**kernels: tuple[float, float]) -> dict:
+    return {"profile": {"kernels": [{"kernel": name, "mean_us": us, "calls_per_run": calls}
+                                    for name, (us, calls) in kernels.items()]}}
+
+
+def test_kernels_are_matched_without_their_task_number_and_ranked_by_what_they_cost_a_run():
+    m = _module()
+    a = [_round(k3_conv=(100.0, 2), k4_pool=(10.0, 1), k9_only_a=(5.0, 1)),
+         _round(k3_conv=(104.0, 2), k4_pool=(12.0, 1), k9_only_a=(5.0, 1)),
+         _round(k3_conv=(300.0, 2), k4_pool=(11.0, 1), k9_only_a=(5.0, 1))]  # an outlier: the median ignores it
+    b = [_round(k5_conv=(90.0, 2), k1_pool=(22.0, 1)), _round(k5_conv=(92.0, 2), k1_pool=(22.0, 1)),
+         _round(k5_conv=(94.0, 2), k1_pool=(22.0, 1))]
+    rows = m.compare(a, b)
+    assert [r["kernel"] for r in rows] == ["conv", "pool"]  # |(92 - 104) x 2| = 24 > |22 - 11| = 11
+    conv, pool = rows
+    assert conv["a_us"] == 104.0 and conv["b_us"] == 92.0 and conv["cost_us_per_run"] == -24.0
+    assert pool["ratio"] == 2.0 and pool["calls"] == 1
+
+
+def test_a_name_without_a_task_number_is_kept_whole():
+    m = _module()
+    assert m.kernel_key("k18_fused_conv2d16_add9") == "fused_conv2d16_add9"
+    assert m.kernel_key("kernel_a") == "kernel_a" and m.kernel_key("k7") == "k7"
