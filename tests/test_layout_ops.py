@@ -60,13 +60,13 @@ def _head(rng, x: str, channels: int, classes: int = 10) -> tuple[list, list]:
     return nodes, [numpy_helper.from_array(w, "head.w")]
 
 
-def _save(tmp_path, name: str, parts: list[tuple[list, list]], channels_out: int = 10):
+def _save(tmp_path, name: str, parts: list[tuple[list, list]], channels_out: int = 10, size: int = 16):
     import onnx
     from onnx import TensorProto, helper
 
     nodes = [n for p in parts for n in p[0]]
     inits = [i for p in parts for i in p[1]]
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, channels_out])],
                               initializer=inits)
     path = tmp_path / f"{name}.onnx"
@@ -156,6 +156,29 @@ def test_a_channels_last_global_pool_is_a_matmul_over_the_channels(tmp_path, mak
     assert not any(n.startswith("mean") for n in names), names
     matmuls = sum(n.startswith(("matmul", "fused_matmul")) for n in names)
     assert matmuls == 2 + (make is silu_se_cnn), names  # the head's MatMul, its pool, the SE block's pool
+
+
+def test_a_pool_over_a_large_map_is_summed_in_parts_and_matches_onnxruntime(tmp_path):
+    """A 64 x 64 map (4096 pixels, POOL_SPLIT_MIN_PIXELS) is pooled as 16 partial means, chunks of one
+    batched matmul, and their sum: not one column tile on one thread."""
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+    from tlmpack.layout_ops import POOL_SPLIT_MIN_PIXELS, pool_parts
+
+    assert pool_parts(64 * 64) == 16 and pool_parts(56 * 56) == 1 and 56 * 56 < POOL_SPLIT_MIN_PIXELS
+    assert pool_parts(4099) == 1  # a prime: no parts
+    rng = np.random.default_rng(4)
+    model = _save(tmp_path, "big_pool", [_conv(rng, "c0", "x", 3, 32, 3, pads=(1, 1, 1, 1)), _silu("a0", "c0"),
+                                         _head(rng, "a0", 32)], size=64)
+    names = [t.name for t in _x86_graph(model).tasks]
+    assert any(n.startswith("sum") for n in names) and sum(n.startswith(("matmul", "fused_matmul")) for n in names) == 2
+    tar = tmp_path / "big_pool.tar"
+    build(str(model), tar, BuildOptions(scheduler="heuristic"))
+    x = np.random.default_rng(5).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
+    (out,) = rt.load(tar).run(None, {"x": x})
+    assert rel_err(out, ref) < TOLERANCE
 
 
 @pytest.mark.parametrize("make", [relu6_cnn, silu_se_cnn])
