@@ -1,0 +1,40 @@
+"""bench/bench_x86.py flags a reference that ignores its input: a rel err against it checks nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_x86", BENCH / "bench_x86.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_x86"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Session:
+    """onnxruntime's run() for a model computing ``fn`` of its feed."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def run(self, _names, feed):
+        return [self.fn(feed)]
+
+
+def test_a_dead_reference_is_flagged_and_a_live_one_is_not():
+    m = _module()
+    feed = {"x": np.ones((1, 4), np.float32), "ids": np.arange(6, dtype=np.int64).reshape(1, 6)}
+    dead = _Session(lambda f: np.full((1, 3), 0.25, np.float32))
+    assert not m.reference_follows_input(dead, feed, dead.run(None, feed)[0])
+    live = _Session(lambda f: f["x"] * 2)
+    assert m.reference_follows_input(live, feed, live.run(None, feed)[0])
+    by_ids = _Session(lambda f: f["ids"].astype(np.float32) * np.arange(6))  # integer inputs are rolled
+    assert m.reference_follows_input(by_ids, feed, by_ids.run(None, feed)[0])
