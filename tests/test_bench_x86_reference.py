@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_x86", BENCH / "bench_x86.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_x86"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("bench_x86")
 
 
 class _Session:

@@ -4,10 +4,10 @@ register check and the vector-fill rule (a refused pick counts as the rules').""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from bench_scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "dc0d02a9ed87fdfd"  # a held-out 1x1 convolution, 7 x 7 x 2048 (data/tasks)
@@ -18,11 +18,7 @@ ROCKETLAKE = {"cores": 1, "features": ["avx", "avx2", "avx512f", "fma"], "kind":
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("x86_check_replay", ROOT / "bench" / "x86_check_replay.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["x86_check_replay"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("x86_check_replay")
 
 
 def _record(task: str, tiles: list, us: float, chosen_by: str = "tlm", rule: str = "greedy") -> dict:

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("x86_local_search", BENCH / "x86_local_search.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["x86_local_search"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("x86_local_search")
 
 
 def _r(task: str, us: float, **kw) -> dict:

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("x86_profile_ab", BENCH / "x86_profile_ab.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["x86_profile_ab"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("x86_profile_ab")
 
 
 def _round(**kernels: tuple[float, float]) -> dict:
