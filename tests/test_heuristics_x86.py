@@ -437,3 +437,27 @@ def test_a_single_row_task_with_a_broadcast_epilogue_keeps_its_column_tiles_oute
     func = _gemv(gate_of_pixels=196)
     assert classify(func).epilogue_growth == 196
     assert _column_tiles(func, 1)[1] == (9, 1, 1, 16)
+
+
+@pytest.mark.parametrize("cin, cout, size, avx512_tile", [
+    (64, 256, 56, (8, 16)),  # ResNet-50's 56x56 residual 1x1: one vector by 8 pixels on AVX-512
+    (128, 512, 28, (8, 16)),  # its 28x28 one: 2 x 4 pixels of one vector
+    (16, 96, 112, (8, 16)),  # MobileNetV2's first expansion
+    (256, 1024, 14, None),  # over more than 128 input channels: two vectors, as before
+])
+def test_a_narrow_pointwise_convolution_gets_a_one_vector_tile_on_avx512(host, cin, cout, size, avx512_tile):
+    """Zen 4, 2 threads, alone: ResNet-50's 56x56 64 -> 256 residual 1x1 0.83-0.90x, its 28x28
+    128 -> 512 0.90-0.95x, MobileNetV2's 112x112 16 -> 96 0.73x (BENCHMARKS.md 2026-12-06 21:40).
+    AVX2 keeps its two-vector tile."""
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.hardware import detect_x86
+
+    func = _nhwc_conv(cin, cout, 1, size)
+    n, h, w, c = _spatial_tiles(func, host)  # AVX2
+    assert c[3] == 16 and h[3] * w[3] > 1  # two 8-lane vectors
+    zen4 = x86_target("znver4", 2)
+    n, h, w, c = _spatial_tiles(func, (zen4.tvm_target(), detect_x86(zen4.features, 2)))
+    if avx512_tile is None:
+        assert c[3] == 32
+    else:
+        assert (h[3] * w[3], c[3]) == avx512_tile

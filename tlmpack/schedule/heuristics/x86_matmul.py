@@ -76,6 +76,14 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   723-755 -> 600-605 us, its 512 -> 256 one 0.96x, the model 0.99x paired twice; over 64 channels
   the 56x56 residual one was 1.05-1.08x slower outside, so it stays inside (MobileNetV2 and
   EfficientNet-B0 1.00; BENCHMARKS.md 2026-12-06 17:40).
+- on AVX-512, a channels-last 1x1 convolution over at most 128 input channels (narrow_pointwise)
+  holds one vector of output channels by 8 pixels (8 accumulators), not two by 8: its reduction is
+  short, so each tile is mostly start and tail, and the narrower tile ran faster alone on the Zen 4
+  EPYC, 2 threads, interleaved: ResNet-50's 56x56 64 -> 256 residual convolution 0.83-0.90x (two
+  vectors by 7 pixels 0.96x, one by 16 pixels 1.10x), its 28x28 128 -> 512 one 0.90-0.95x,
+  MobileNetV2's 112x112 16 -> 96 0.73x and 56x56 24 -> 144 (one vector by 16 pixels before) 0.79x;
+  over 256 channels or more it gained nothing (0.95-1.02x). In the whole ResNet-50, kernel by
+  kernel, about 1.1 ms a run less (BENCHMARKS.md 2026-12-06 21:40).
 """
 
 from __future__ import annotations
@@ -145,12 +153,12 @@ def register_rows(vector_registers: int) -> int:
 
 
 def register_tile_2d(vector_extent: int, rows_extent: int, second_extent: int, lanes: int,
-                     accumulators: int) -> tuple[int, int, int]:
+                     accumulators: int, max_vectors: int = 2) -> tuple[int, int, int]:
     """(innermost extent, rows, second rows): register_tile's choice with the rows taken from two
     loops (their product), each split exactly. The same ranking, then the fewest second rows, so
     a loop that alone gives the best tile keeps it (a 56-wide map: 4 x 1 pixels of 2 vectors)."""
     best = (0, 0, 0, 0, 0, 0, 0)
-    for vectors in range(1, 3):
+    for vectors in range(1, max_vectors + 1):
         inner = vectors * lanes
         if vector_extent % inner:
             continue
@@ -162,18 +170,19 @@ def register_tile_2d(vector_extent: int, rows_extent: int, second_extent: int, l
             total = rows * second
             best = max(best, (vectors * total, -(vectors + total), -vectors, -second, inner, rows, second))
     if best[0] == 0:
-        inner, rows = register_tile(vector_extent, rows_extent, lanes, accumulators)
+        inner, rows = register_tile(vector_extent, rows_extent, lanes, accumulators, max_vectors)
         return inner, rows, 1
     return best[4], best[5], best[6]
 
 
-def register_tile(vector_extent: int, rows_extent: int, lanes: int, accumulators: int) -> tuple[int, int]:
+def register_tile(vector_extent: int, rows_extent: int, lanes: int, accumulators: int,
+                  max_vectors: int = 2) -> tuple[int, int]:
     """(innermost extent, rows): as many independent accumulators (vectors x rows) as the budget
     allows, each loop split exactly; ties go to the fewest loads per step (vectors + rows: 2 x 4
     beats 8 x 1), then to fewer vectors (4 rows x 2 vectors measured best). A loop
     shorter than a vector, or with no vector-multiple divisor, gets one partial vector."""
     best = (0, 0, 0, 0, 0)
-    for vectors in range(1, 3):  # more vectors than 2 per row measured slower (spills, wide tails)
+    for vectors in range(1, max_vectors + 1):  # more than 2 a row measured slower (spills, wide tails)
         inner = vectors * lanes
         if vector_extent % inner:
             continue
@@ -242,6 +251,24 @@ def channels_inside_pixels(task: TaskClass) -> bool:
     pointwise_deep = math.prod(task.reduction[:-1]) == 1 and task.reduction[-1] >= POINTWISE_OUTSIDE_MIN_INPUT
     return (channels_last(task) and not weight_bound(task) and not pointwise_deep
             and task.reduction[-1] >= CHANNELS_INSIDE_MIN_INPUT)
+
+
+# a channels-last 1x1 convolution over at most this many input channels gets a one-vector tile on
+# AVX-512 (module notes), of this many accumulators
+NARROW_POINTWISE_MAX_INPUT = 128
+NARROW_POINTWISE_ACCUMULATORS = 8
+
+
+def narrow_pointwise(task: TaskClass, hardware) -> bool:
+    """A dense channels-last 1x1 convolution over few input channels, to whole vectors of output
+    channels, on a map of at least a tile's pixels, on AVX-512: its register tile is one vector of
+    output channels by 8 pixels, not two by 8 (module notes). Not a squeeze-excite convolution over
+    one pixel (a GEMV: 44 -> 83 us so)."""
+    if hardware.lanes(32) != 16 or not is_convolution(task) or task.block.startswith("group_conv"):
+        return False
+    return (bool(task.reduction) and math.prod(task.reduction[:-1]) == 1 and channels_last(task)
+            and task.reduction[-1] <= NARROW_POINTWISE_MAX_INPUT and task.spatial[-1] % hardware.lanes(32) == 0
+            and math.prod(task.spatial[:-1]) >= NARROW_POINTWISE_ACCUMULATORS)
 
 
 def single_row(task: TaskClass) -> bool:
@@ -321,6 +348,9 @@ class X86Matmul(Rule):
     def decisions(self, task: TaskClass, sites: list[SamplingSite], hardware) -> Decisions | None:
         lanes = hardware.lanes(32)
         accumulators = accumulator_budget(hardware.vector_registers)
+        max_vectors = 2
+        if narrow_pointwise(task, hardware):
+            accumulators, max_vectors = NARROW_POINTWISE_ACCUMULATORS, 1
         spatial = [s for s in sites if s.kind == "tile" and s.parts == 4]
         if len(spatial) != len(task.spatial) or [s.extent for s in spatial] != list(task.spatial):
             return None  # not the SSRSRS sketch of the main block
@@ -331,11 +361,12 @@ class X86Matmul(Rule):
             rows_at = last - 1
         second_at = second_rows_axis(task, rows_at)
         if second_at is None:
-            inner, rows = register_tile(spatial[last].extent, spatial[rows_at].extent, lanes, accumulators)
+            inner, rows = register_tile(spatial[last].extent, spatial[rows_at].extent, lanes, accumulators,
+                                        max_vectors)
             second = 1
         else:
             inner, rows, second = register_tile_2d(spatial[last].extent, spatial[rows_at].extent,
-                                                   spatial[second_at].extent, lanes, accumulators)
+                                                   spatial[second_at].extent, lanes, accumulators, max_vectors)
         tiles = spatial[last].extent // inner
         if single_row(task) and hardware.cores == 1:  # module notes: stream whole rows, not strips
             chosen[spatial[last].index] = (1, 1, tiles, inner)
