@@ -142,13 +142,14 @@ def tlmpack_cmd() -> list[str]:
     return [sys.executable, "-c", "import sys; from tlmpack.cli import main; sys.exit(main())"]
 
 
-def ensure_model(name: str, d: Path, seed: int) -> tuple[Path, dict]:
-
+def ensure_model(name: str, d: Path, seed: int, weights: str = "dense") -> tuple[Path, dict]:
+    """``d/<name>.onnx`` and its inputs, exported by the zoo with ``weights`` where missing (a file
+    already there is used as it is, whatever weights it was made with)."""
     onnx_path = d / f"{name}.onnx"
     inputs_path = d / f"{name}.inputs.npz"
     if not onnx_path.exists():
         print(f"[{name}] exporting ONNX -> {onnx_path}", flush=True)
-        r = zoo.export_onnx(name, onnx_path, seed=seed)
+        r = zoo.export_onnx(name, onnx_path, seed=seed, weights=weights)
         print(f"[{name}] exported in {r['time_s']:.1f}s", flush=True)
     if not inputs_path.exists():
         np.savez(inputs_path, **zoo.random_inputs(name, seed))
@@ -265,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of alternating engines (default 3); the table's 'by round' ratios come from them")
     ap.add_argument("--seed", type=int, default=zoo.DEFAULT_SEED)
+    ap.add_argument("--weights", choices=zoo.WEIGHT_MODES, default="dense",
+                    help="the zoo's weights for a model exported here: dense (transformers' init) or portable "
+                         "(numpy-drawn; EfficientNet-B0's dense export gives the same logits for every input)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild artifacts even when up to date")
     ap.add_argument("--ort-only", action="store_true", help="time onnxruntime only (no tlmpack build)")
     ap.add_argument("--tol", type=float, default=1e-4, help="rel err above which a row is flagged")
@@ -319,11 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models:
         row = dict(model=name, times={}, err={}, build={}, status=[])
-        onnx_path, feed = ensure_model(name, args.dir, args.seed)
+        onnx_path, feed = ensure_model(name, args.dir, args.seed, args.weights)
         sess = ort_session(onnx_path, threads)
         ort_out = sess.run(None, feed)[0]
         if not reference_follows_input(sess, feed, ort_out):
-            row["status"].append("the reference ignores the input (dead random weights): rel err checks nothing")
+            row["status"].append("the reference ignores the input (dead random weights): rel err checks nothing;"
+                                 " --weights portable in a fresh --dir exports live ones")
             print(f"[{name}] {row['status'][-1]}", flush=True)
         fns = {}
         models = []

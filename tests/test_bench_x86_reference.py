@@ -29,3 +29,20 @@ def test_a_dead_reference_is_flagged_and_a_live_one_is_not():
     assert m.reference_follows_input(live, feed, live.run(None, feed)[0])
     by_ids = _Session(lambda f: f["ids"].astype(np.float32) * np.arange(6))  # integer inputs are rolled
     assert m.reference_follows_input(by_ids, feed, by_ids.run(None, feed)[0])
+
+
+def test_a_model_is_exported_with_the_weights_asked_for_and_an_existing_file_is_kept(tmp_path, monkeypatch):
+    m = _module()
+    asked = []
+
+    def export_onnx(name, path, seed, weights):
+        asked.append(weights)
+        path.write_bytes(b"onnx")
+        return {"time_s": 0.0}
+
+    monkeypatch.setattr(m.zoo, "export_onnx", export_onnx)
+    monkeypatch.setattr(m.zoo, "random_inputs", lambda name, seed: {"x": np.ones((1, 2), np.float32)})
+    path, feed = m.ensure_model("efficientnet-b0", tmp_path, 0, "portable")
+    assert asked == ["portable"] and path.read_bytes() == b"onnx" and feed["x"].shape == (1, 2)
+    m.ensure_model("efficientnet-b0", tmp_path, 0, "dense")
+    assert asked == ["portable"]  # already there: used as it is
