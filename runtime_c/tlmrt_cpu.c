@@ -517,26 +517,19 @@ void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
 
 /* Tasks per thread of a dynamic pool's launch of num_task 0. TVM splits a parallel loop into num_task
  * contiguous blocks; with one block a thread, a thread that the OS delays (another tenant, a page
- * fault) makes every other wait for its whole block. Smaller blocks let the others take its share, and
- * cost a task's setup each. One a thread below TLMRT_CPU_MANY_THREADS threads (2 threads, Zen 4:
- * EfficientNet-B0 1.06x slower with 4), TLMRT_CPU_MANY_THREADS_TASKS from there (the 16-core Xeon, 16
- * threads: MobileNetV2 0.88-0.93x, EfficientNet-B0 0.96x with 4; BENCHMARKS.md 2026-12-06 20:10).
+ * fault) makes every other wait for its whole half. Smaller blocks let the others take its share,
+ * but cost a claim each: 4 a thread from 8 threads up, tried as the default, made EfficientNet-B0 and
+ * MobileNetV2 slower at 16 threads on the 16-core Xeon (BENCHMARKS.md 2026-12-06 23:20), so one it is.
  * TLMRT_CPU_TASKS_PER_THREAD overrides it (1..64) for measuring. */
 #ifndef TLMRT_CPU_TASKS_PER_THREAD
 #define TLMRT_CPU_TASKS_PER_THREAD 1
 #endif
-#define TLMRT_CPU_MANY_THREADS 8
-#define TLMRT_CPU_MANY_THREADS_TASKS 4
 static int tasks_per_thread_set(void) { return getenv("TLMRT_CPU_TASKS_PER_THREAD") != NULL; }
 
-static int default_tasks_per_thread(int num_threads) {
-  return num_threads >= TLMRT_CPU_MANY_THREADS ? TLMRT_CPU_MANY_THREADS_TASKS : TLMRT_CPU_TASKS_PER_THREAD;
-}
-
-static int tasks_per_thread(int num_threads) {
+static int tasks_per_thread(void) {
   const char* env = getenv("TLMRT_CPU_TASKS_PER_THREAD");
-  int k = env != NULL ? atoi(env) : default_tasks_per_thread(num_threads);
-  return k >= 1 && k <= 64 ? k : default_tasks_per_thread(num_threads);
+  int k = env != NULL ? atoi(env) : TLMRT_CPU_TASKS_PER_THREAD;
+  return k >= 1 && k <= 64 ? k : TLMRT_CPU_TASKS_PER_THREAD;
 }
 
 static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, tlmrt_cpu_pool** out, char* err,
@@ -548,7 +541,7 @@ static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, 
   pool->num_threads = num_threads;
   pool->spin_ns = spin_ns;
   pool->dynamic = dynamic;
-  pool->default_tasks = dynamic ? num_threads * tasks_per_thread(num_threads) : num_threads;
+  pool->default_tasks = dynamic ? num_threads * tasks_per_thread() : num_threads;
   pool->barrier.spin_ns = spin_ns;
   atomic_init(&pool->generation, 0u);
   atomic_init(&pool->sleepers, 0);
@@ -1110,15 +1103,15 @@ static void cpu_close(void* state) {
  *      the arena, one DLTensor per plan tensor and one TVMFFIAny array per step);
  *   5. fill the kernel hooks and start the threads. */
 /* A step of `mflop` million operations run on `threads` threads: about TLMRT_CPU_STEP_MFLOP_PER_TASK
- * a task, up to TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD tasks a thread (0 for no more than the pool's
- * default: the default). */
+ * a task, between one and TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD tasks a thread (0 for one a thread: the
+ * pool's default). */
 #define TLMRT_CPU_STEP_MFLOP_PER_TASK 2u
 #define TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD 8u
 static int step_tasks(uint32_t mflop, int threads) {
   if (mflop == 0 || threads <= 1) return 0;
   uint32_t per_thread = mflop / ((uint32_t)threads * TLMRT_CPU_STEP_MFLOP_PER_TASK);
   if (per_thread > TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD) per_thread = TLMRT_CPU_STEP_MAX_TASKS_PER_THREAD;
-  return per_thread <= (uint32_t)default_tasks_per_thread(threads) ? 0 : threads * (int)per_thread;
+  return per_thread <= 1 ? 0 : threads * (int)per_thread;
 }
 
 /* The plan's optional step work (tlmrt_plan.h) as launch task counts for this thread count. Off when

@@ -179,21 +179,6 @@ def test_a_step_the_plan_marks_as_heavy_is_split_into_more_tasks_than_threads(
     assert _add_w_tasks(heavy_step_artifact, 2, report) == 6  # one count for every launch wins
 
 
-def test_many_threads_give_a_small_launch_more_tasks_than_threads(
-        artifact: Path, heavy_step_artifact: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """From 8 threads a launch of no step work gets 4 tasks a thread (a late thread's block is taken by
-    the others: the 16-core Xeon), below 8 one; a heavy step gets more only where its work asks for more."""
-    report = tmp_path / "num_task"
-    monkeypatch.setenv("FAKE_NUM_TASK_FILE", str(report))
-    monkeypatch.delenv("TLMRT_CPU_TASKS_PER_THREAD", raising=False)
-    monkeypatch.delenv("TLMRT_CPU_STEP_TASKS", raising=False)
-    assert _add_w_tasks(artifact, 4, report) == 4
-    assert _add_w_tasks(artifact, 8, report) == 32
-    assert _add_w_tasks(heavy_step_artifact, 8, report) == 48  # 100 Mop over 8 threads: 6 tasks a thread
-    monkeypatch.setenv("TLMRT_CPU_TASKS_PER_THREAD", "1")
-    assert _add_w_tasks(artifact, 8, report) == 8  # the override, for measuring
-
-
 def test_a_heavy_step_still_gives_the_right_outputs(heavy_step_artifact: Path) -> None:
     with rt.load(heavy_step_artifact, num_threads=2) as m:
         y, z = m.run(None, {"x": X, "k": K})
