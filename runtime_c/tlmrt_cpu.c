@@ -518,8 +518,8 @@ void tlmrt_cpu_pool_destroy(tlmrt_cpu_pool* pool) {
 /* Tasks per thread of a dynamic pool's launch of num_task 0. TVM splits a parallel loop into num_task
  * contiguous blocks; with one block a thread, a thread that the OS delays (another tenant, a page
  * fault) makes every other wait for its whole half. Smaller blocks let the others take its share,
- * but cost a claim each: 4 a thread from 8 threads up, tried as the default, made EfficientNet-B0 and
- * MobileNetV2 slower at 16 threads on the 16-core Xeon (BENCHMARKS.md 2026-12-06 23:20), so one it is.
+ * but cost a claim each: 4 a thread from 8 threads up, tried as the default, showed no effect on the
+ * 16-core Xeon at 16 threads once both load orders were timed (BENCHMARKS.md 2026-12-06 23:15), so one it is.
  * TLMRT_CPU_TASKS_PER_THREAD overrides it (1..64) for measuring. */
 #ifndef TLMRT_CPU_TASKS_PER_THREAD
 #define TLMRT_CPU_TASKS_PER_THREAD 1

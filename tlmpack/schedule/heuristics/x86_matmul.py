@@ -83,8 +83,8 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   vectors by 7 pixels 0.96x, one by 16 pixels 1.10x), its 28x28 128 -> 512 one 0.90-0.95x,
   MobileNetV2's 112x112 16 -> 96 0.73x and 56x56 24 -> 144 (one vector by 16 pixels before) 0.79x;
   over 256 channels or more it gained nothing (0.95-1.02x). In the whole ResNet-50, kernel by
-  kernel, about 1.1 ms a run less (BENCHMARKS.md 2026-12-06 21:40); on the 16-core Xeon, 16 threads,
-  ResNet-50 0.93-0.975x and no model slower beyond the noise (23:15).
+  kernel, about 1.1 ms a run less (BENCHMARKS.md 2026-12-06 21:40); on the 16-core Xeon the seed CNNs
+  were level with it in both load orders (0.97-1.04x, 23:15).
 """
 
 from __future__ import annotations
