@@ -223,9 +223,7 @@ def weight_bound(task: TaskClass) -> bool:
     reduction, against output pixels x input channels, so a strided one's input is undercounted):
     ResNet-50's later stages, 2.4 M weights for 25 k inputs in a 7x7 3x3 convolution over 512
     channels."""
-    if not is_convolution(task) or task.block.startswith("group_conv") or not task.reduction:
-        return False
-    if not channels_last(task):
+    if not dense_convolution(task) or not channels_last(task):
         return False
     weight = task.spatial[-1] * macs_per_output(task)
     return weight >= WEIGHT_BOUND_RATIO * math.prod(task.spatial[:-1]) * task.reduction[-1]
@@ -247,9 +245,9 @@ def channels_inside_pixels(task: TaskClass) -> bool:
     """Whether a channels-last convolution walks its output-channel tiles inside its pixel tiles
     (module notes): dense, not weight-bound (those stream each weight panel once), and over enough
     input channels that a pixel tile's input is worth keeping in L1 across every channel tile."""
-    if not (is_convolution(task) and not task.block.startswith("group_conv") and task.reduction):
+    if not dense_convolution(task):
         return False
-    pointwise_deep = math.prod(task.reduction[:-1]) == 1 and task.reduction[-1] >= POINTWISE_OUTSIDE_MIN_INPUT
+    pointwise_deep = pointwise(task) and task.reduction[-1] >= POINTWISE_OUTSIDE_MIN_INPUT
     return (channels_last(task) and not weight_bound(task) and not pointwise_deep
             and task.reduction[-1] >= CHANNELS_INSIDE_MIN_INPUT)
 
@@ -265,10 +263,9 @@ def narrow_pointwise(task: TaskClass, hardware) -> bool:
     channels, on a map of at least a tile's pixels, on AVX-512: its register tile is one vector of
     output channels by 8 pixels, not two by 8 (module notes). Not a squeeze-excite convolution over
     one pixel (a GEMV: 44 -> 83 us so)."""
-    if hardware.lanes(32) != 16 or not is_convolution(task) or task.block.startswith("group_conv"):
+    if hardware.lanes(32) != 16 or not dense_convolution(task):
         return False
-    return (bool(task.reduction) and math.prod(task.reduction[:-1]) == 1 and channels_last(task)
-            and task.reduction[-1] <= NARROW_POINTWISE_MAX_INPUT and task.spatial[-1] % hardware.lanes(32) == 0
+    return (pointwise(task) and channels_last(task) and task.reduction[-1] <= NARROW_POINTWISE_MAX_INPUT and task.spatial[-1] % hardware.lanes(32) == 0
             and math.prod(task.spatial[:-1]) >= NARROW_POINTWISE_ACCUMULATORS)
 
 
@@ -298,6 +295,16 @@ def outer_chunks(tiles: int, others: int, cores: int, per_core: int = CHUNKS_PER
 
 def is_convolution(task: TaskClass) -> bool:
     return "conv" in task.block
+
+
+def dense_convolution(task: TaskClass) -> bool:
+    """A convolution that is not grouped (depthwise), with a reduction."""
+    return is_convolution(task) and not task.block.startswith("group_conv") and bool(task.reduction)
+
+
+def pointwise(task: TaskClass) -> bool:
+    """A 1x1 convolution: every reduction loop but the input channels has extent 1."""
+    return bool(task.reduction) and math.prod(task.reduction[:-1]) == 1
 
 
 def macs_per_output(task: TaskClass) -> int:
