@@ -3,10 +3,12 @@
 
     python bench/bench_x86.py [models...] [--dir DIR] [--threads T] [--runs N] [--warmup W]
                               [--schedulers heuristic,baseline] [--baseline-fast-math] [--compare LABEL=PATH]
+                              [--weights dense|portable]
 
 For each model (default: resnet50 mobilenetv2 bert-base gpt2):
 
-1. ``DIR/<name>.onnx`` and ``DIR/<name>.inputs.npz`` are made with ``tlmpack.zoo`` if missing;
+1. ``DIR/<name>.onnx`` and ``DIR/<name>.inputs.npz`` are made with ``tlmpack.zoo`` if missing (``--weights``:
+   the zoo's dense weights, or portable ones where the dense export ignores its input);
 2. for each scheduler (default: heuristic, the compile-time rules with fast math, and baseline,
    the first release's fixed rules with exact math, as it was built then): ``tlmpack build DIR/<name>.onnx -t x86 --scheduler S -o
    DIR/<name>.<S>.tar`` (subprocess; timed; reused when newer than the .onnx unless ``--rebuild``);
