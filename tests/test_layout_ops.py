@@ -87,7 +87,7 @@ def relu6_cnn(tmp_path):
     ])
 
 
-def silu_se_cnn(tmp_path):
+def silu_se_cnn(tmp_path, size: int = 16):
     """EfficientNet-B0's shape: SiLU after each conv, a depthwise conv whose output is scaled by
     a squeeze-excite block (mean, 1x1 convs, sigmoid, multiply), zero pads before every conv."""
     from onnx import helper
@@ -102,7 +102,7 @@ def silu_se_cnn(tmp_path):
         ([helper.make_node("Sigmoid", ["se.e"], ["se.s"]), helper.make_node("Mul", ["a1", "se.s"], ["scaled"])], []),
         _pad("p3", "scaled", 0, 0, 0, 0), _conv(rng, "c2", "p3", 16, 24, 1),
         _head(rng, "c2", 24),
-    ])
+    ], size=size)
 
 
 def _x86_graph(model_path, layout_ops: bool = True):
@@ -298,3 +298,53 @@ def test_an_input_read_by_a_grouped_convolution_keeps_its_transpose(tmp_path, gr
     (ref,) = onnxruntime_outputs(model, {"x": x})
     (out,) = rt.load(tar).run(None, {"x": x})
     assert rel_err(out, ref) < TOLERANCE
+
+
+def test_a_gate_over_a_large_map_is_a_kernel_of_its_own_and_matches_onnxruntime(tmp_path):
+    """wide_gates.py: a squeeze-excite gate over 32 x 32 pixels (>= MIN_GATED_PIXELS) is multiplied in a
+    broadcast kernel of its own, scheduled with the channels as its vector loop; over 8 x 8 pixels it
+    stays the excite convolution's tail (test_clip_and_silu_tails_fuse_into_their_convolutions)."""
+    import re
+
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+    from tlmpack.wide_gates import MIN_GATED_PIXELS
+
+    assert 32 * 32 >= MIN_GATED_PIXELS > 8 * 8
+    model = silu_se_cnn(tmp_path, size=64)
+    names = [t.name for t in _x86_graph(model).tasks]
+    assert [n for n in names if re.fullmatch(r"multiply\d*", n)], names
+    excite = r"fused_conv2d\d*_add\d*_tir_negative\d*_fast_exp\d*_add\d*_divide\d*"
+    assert sum(bool(re.fullmatch(excite, n)) for n in names) == 1, names  # the sigmoid stays with its conv
+    tar = tmp_path / "gate.tar"
+    manifest = build(str(model), tar, BuildOptions(scheduler="heuristic"))
+    (gate,) = [s for s in manifest["subgraphs"] if re.fullmatch(r"multiply\d*", s["name"])]
+    assert gate["schedules"][0]["sketch"] > 0  # the appended vector sketch, not MetaSchedule's
+    x = np.random.default_rng(6).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
+    (out,) = rt.load(tar).run(None, {"x": x})
+    assert rel_err(out, ref) < TOLERANCE
+
+
+def test_a_constant_per_channel_scale_is_no_gate(tmp_path):
+    """Only a run-time gate leaves its convolution: a constant per-channel scale (a batch norm's) is
+    a tail the convolution keeps, and equal shapes (SiLU's product) are no broadcast."""
+    import re
+
+    from onnx import helper, numpy_helper
+
+    from tlmpack.wide_gates import _gate_pixels
+
+    assert _gate_pixels([1, 1, 1, 32], [1, 56, 56, 32]) == 56 * 56
+    assert _gate_pixels([1, 32, 1, 1], [1, 32, 56, 56]) == 56 * 56  # NCHW
+    assert _gate_pixels([1, 56, 56, 32], [1, 56, 56, 32]) == 0
+    assert _gate_pixels([1, 1, 56, 32], [1, 56, 56, 32]) == 0  # broadcast over one axis only
+    assert _gate_pixels([1, 1, 1, 1], [1, 56, 56, 32]) == 0  # a scalar
+    rng = np.random.default_rng(7)
+    scale = numpy_helper.from_array(rng.standard_normal((1, 16, 1, 1)).astype(np.float32), "scale")
+    model = _save(tmp_path, "scaled", [_conv(rng, "c0", "x", 3, 16, 3, pads=(1, 1, 1, 1)),
+                                       ([helper.make_node("Mul", ["c0", "scale"], ["s0"])], [scale]),
+                                       _silu("a0", "s0"), _head(rng, "a0", 16)], size=64)
+    names = [t.name for t in _x86_graph(model).tasks]
+    assert not [n for n in names if re.fullmatch(r"multiply\d*", n)], names

@@ -164,6 +164,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
 
     from .fast_sigmoid import sigmoid_through_exp_pass
     from .small_powers import small_powers_pass
+    from .wide_gates import wide_gates_pass
 
     if pad_policy is not None:
         mod, _ = pad_awkward_extents(mod, pad_policy)
@@ -182,6 +183,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
         relax.transform.LegalizeOps(customize_legalize_map=keep),
         relax.transform.AnnotateTIROpPattern(),
         *([relax.transform.FoldConstant()] if fold_constants else []),
+        *([wide_gates_pass()] if rewrite_for_layout else []),  # before FuseOps: a large gate its own kernel
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(["main"]),

@@ -264,6 +264,12 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
         return None, why, tlm
     hint = hint_for(tlm, func, tvm_target, target_kind, hardware)
     space = DesignSpace(func, tvm_target)
+    newer = space.sketches_after(tlm.summary.space_version)
+    if newer:  # a sketch the model never saw: the rules' where they take it
+        rules = hint if hint is not None else rules_hint(func, tvm_target, target_kind, hardware)
+        if rules.sketch in newer:
+            return None, (f"the rules take sketch {rules.sketch}, newer than the model's space "
+                          f"(version {tlm.summary.space_version})"), tlm
     t0 = time.perf_counter()
     decoded = decode_space(tlm, space, hardware, info, samples=samples, hint=hint)
     choose_ms = (time.perf_counter() - t0) * 1e3

@@ -120,6 +120,7 @@ SPACE_VERSIONS = {
     1: "MetaSchedule's sketches; on CUDA, the appended GEMM sketches of dense and batch matmuls",
     2: "on CUDA, the appended implicit-GEMM sketches of NCHW convolutions",
     3: "on x86, the appended window sketch of channels-last pooling",
+    4: "on x86, the appended vector sketch of a channels-last broadcast",
 }
 SPACE_VERSION = max(SPACE_VERSIONS)
 
@@ -127,7 +128,8 @@ SPACE_VERSION = max(SPACE_VERSIONS)
 class DesignSpace:
     """The sketches MetaSchedule's post-order-apply generates for one PrimFunc on one target; on
     CUDA, GEMMs get two more after them (cuda_gemm_sketch.py: vectorised, pipelined, split-K), on
-    x86 channels-last poolings one (x86_window_sketch.py: the window outside the channel vector)."""
+    x86 channels-last poolings one (x86_window_sketch.py: the window outside the channel vector) and
+    channels-last broadcasts one (x86_broadcast_sketch.py: the channels as the vector loop)."""
 
     def __init__(self, func, target, seed: int = 0) -> None:
         import tvm
@@ -156,11 +158,12 @@ class DesignSpace:
             self.sketches += appended
             self.sketch_versions += [2 if is_conv(func) else 1] * len(appended)
         else:
+            from .x86_broadcast_sketch import broadcast_sketches
             from .x86_window_sketch import window_sketches
 
-            appended = window_sketches(self.mod)
-            self.sketches += appended
-            self.sketch_versions += [3] * len(appended)
+            for version, appended in ((3, window_sketches(self.mod)), (4, broadcast_sketches(self.mod))):
+                self.sketches += appended
+                self.sketch_versions += [version] * len(appended)
 
     def sketches_after(self, version: int) -> tuple[int, ...]:
         """The sketches a space of ``version`` did not have (what a TLM trained on it has never seen)."""
