@@ -33,7 +33,7 @@ def _transpose():
 
 
 def test_vector_steps_are_whole_vectors_where_the_channels_allow():
-    from tlmpack.schedule.x86_broadcast_sketch import vector_step
+    from tlmpack.schedule.x86_window_sketch import vector_step
 
     assert [vector_step(c) for c in (144, 240, 32, 1152, 96, 40, 12)] == [48, 48, 32, 64, 48, 40, 12]
     with pytest.raises(ValueError):

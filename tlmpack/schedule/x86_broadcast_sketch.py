@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-VECTOR_CHUNK = 64  # channels a vector step: 4 AVX-512 or 8 AVX2 registers
-MIN_STEP = 8  # channels: narrower steps are no vector worth the sketch
+from .x86_window_sketch import MIN_STEP, vectorize_channels
+
 MARK = "Vectorize"  # in DesignSpace.steps: MetaSchedule's element-wise sketch leaves vectors to its postprocessor
 
 
@@ -36,26 +36,10 @@ def broadcast_sketches(mod) -> list[Any]:
             return []
         loops = sch.get_loops(block)
         sch.parallel(sch.fuse(*loops[:-1]))
-        step = vector_step(int(sch.get(loops[-1]).extent))
-        inner = sch.split(loops[-1], [None, step])[1] if step < int(sch.get(loops[-1]).extent) else loops[-1]
-        sch.vectorize(inner)
+        vectorize_channels(sch, loops[-1])
     except Exception:  # noqa: BLE001 — TVM refuses a shape this sketch did not foresee: no sketch
         return []
     return [sch]
-
-
-def vector_step(channels: int) -> int:
-    """The channels one vector step takes: the largest divisor up to VECTOR_CHUNK that is a whole
-    number of 16-lane, else 8-lane, vectors (144 -> 48, 240 -> 48, 32 -> 32); else the largest divisor
-    of at least MIN_STEP (refused below it)."""
-    divisors = [d for d in range(1, min(channels, VECTOR_CHUNK) + 1) if channels % d == 0]
-    for lanes in (16, 8):
-        whole = [d for d in divisors if d % lanes == 0]
-        if whole:
-            return max(whole)
-    if max(divisors) < MIN_STEP:
-        raise ValueError(f"{channels} channels have no vector step of at least {MIN_STEP}")
-    return max(divisors)
 
 
 def _broadcast_block(sch):

@@ -81,19 +81,31 @@ def _schedule(sch, block) -> None:
     outer = sch.fuse(*spatial[:-2]) if len(spatial) > 2 else spatial[0]
     sch.parallel(outer)
     row = spatial[-2] if len(spatial) > 2 else outer
-    _vectorize_channels(sch, spatial[-1])
+    vectorize_channels(sch, spatial[-1])
     sch.decompose_reduction(block, window[0])
     for consumer in sch.get_consumers(block):
         sch.reverse_compute_at(consumer, row)
-        _vectorize_channels(sch, sch.get_loops(consumer)[-1])
+        vectorize_channels(sch, sch.get_loops(consumer)[-1])
 
 
-def _vectorize_channels(sch, loop) -> None:
-    """Vectorises ``loop`` in steps of its largest divisor up to VECTOR_CHUNK (refused under 8)."""
+def vectorize_channels(sch, loop) -> None:
+    """Vectorises ``loop`` (the channels) in steps of ``vector_step`` of its extent."""
     extent = int(sch.get(loop).extent)
-    step = max(d for d in range(1, min(extent, VECTOR_CHUNK) + 1) if extent % d == 0)
-    if step < MIN_STEP:
-        raise ValueError(f"{extent} channels have no vector step of at least {MIN_STEP}")
+    step = vector_step(extent)
     if step < extent:
         loop = sch.split(loop, [None, step])[1]
     sch.vectorize(loop)
+
+
+def vector_step(channels: int) -> int:
+    """The channels one vector step takes: the largest divisor up to VECTOR_CHUNK that is a whole
+    number of 16-lane, else 8-lane, vectors (144 -> 48, 240 -> 48, 32 -> 32); else the largest divisor
+    of at least MIN_STEP (refused below it)."""
+    divisors = [d for d in range(1, min(channels, VECTOR_CHUNK) + 1) if channels % d == 0]
+    for lanes in (16, 8):
+        whole = [d for d in divisors if d % lanes == 0]
+        if whole:
+            return max(whole)
+    if max(divisors) < MIN_STEP:
+        raise ValueError(f"{channels} channels have no vector step of at least {MIN_STEP}")
+    return max(divisors)
