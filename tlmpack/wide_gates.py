@@ -4,16 +4,17 @@ EfficientNet's squeeze-excite block ends in ``x * sigmoid(conv(pool(x)))``: the 
 makes one value a channel, and the multiply broadcasts them over the whole map. FuseOps fuses that
 multiply into the convolution's kernel as its tail, and the schedule computes the tail inside the
 convolution's channel tiles (heuristics/x86_matmul.py: at the root its inlined sigmoid ran 11-31x
-slower). So the kernel's parallel chunks are the convolution's output-channel tiles: EfficientNet-B0's
-first gate, 32 channels over a 112 x 112 map (1.6 MB in, 1.6 MB out), is one chunk, and took 146 us at
-4 threads and 188 at 16 on the 16-core Xeon, the other threads idle.
+slower). So the kernel's parallel chunks are the convolution's output-channel tiles: on AVX-512,
+EfficientNet-B0's 56 x 56 x 96 gate has 3, its 56 x 56 x 144 and 28 x 28 x 144 ones 9, and at 16 threads
+most threads wait. (A one-chunk kernel already runs such a tail on every thread: lower/x86_serial_tails.py.)
 
 Here such a multiply is marked injective after AnnotateTIROpPattern, so FuseOps leaves it out of the
 convolution's kernel: the convolution and its sigmoid write the C gate values, and the multiply is a
 broadcast kernel that the element-wise rules parallelise over pixels. A gate is a run-time value (a
 constant per-channel scale, such as a batch norm's, stays fused) that broadcasts over at least
-``MIN_GATED_PIXELS`` pixels: on smaller maps the convolution's channel tiles already give the threads
-enough chunks, and a second launch would cost more than it saves.
+``MIN_GATED_PIXELS`` pixels: smaller maps (14 x 14 and 7 x 7, 15-36 channel tiles) keep the one launch.
+On 2 threads of the Zen 4 EPYC EfficientNet-B0 is level with it (BENCHMARKS.md 2026-12-07 00:35); the
+16-core Xeon, where it is meant to pay, has not measured it yet.
 """
 
 from __future__ import annotations
@@ -34,11 +35,7 @@ def _gate_pixels(small: list[int], big: list[int]) -> int:
     kept = [a for a in range(1, len(big)) if small[a] != 1]
     if len(kept) != 1 or small[kept[0]] != big[kept[0]] or big[kept[0]] == 1:
         return 0
-    pixels = 1
-    for a in range(1, len(big)):
-        if a != kept[0]:
-            pixels *= big[a]
-    return pixels
+    return math.prod(big[1:]) // big[kept[0]]
 
 
 def wide_gates_unfused(mod, min_pixels: int):
