@@ -20,8 +20,8 @@ def graphs(model: str, rows: int):
     """(plain, widened) x86 graphs of ``model``."""
     import tlmpack.graph_fallbacks as fallbacks
     from tlmpack.frontend import load_model
+    from tlmpack.graph.relax_rewrites import policy_for
     from tlmpack.graph_fallbacks import Lowering, lower_graph
-    from tlmpack.relax_rewrites import policy_for
 
     lowering = Lowering("NHWC", fast_math=True, pad=policy_for(("x86",), 8, rows))
     widened = fallbacks._conv_tile

@@ -30,7 +30,7 @@ def _graph(batch: int, weight: bytes) -> Graph:
 
 
 def test_a_task_that_does_not_depend_on_the_batch_is_kept_once():
-    from tlmpack.batch_graph import merge_tasks
+    from tlmpack.graph.batch_graph import merge_tasks
 
     w = np.arange(4, dtype=np.float32).tobytes()
     graphs = {1: _graph(1, w), 8: _graph(8, w)}
@@ -44,7 +44,7 @@ def test_a_task_that_does_not_depend_on_the_batch_is_kept_once():
 
 
 def test_plans_share_constants_with_the_same_bytes_and_keep_different_ones_apart():
-    from tlmpack.batch_graph import share_weights
+    from tlmpack.graph.batch_graph import share_weights
 
     same = np.arange(4, dtype=np.float32).tobytes()
     other = np.ones(4, dtype=np.float32).tobytes()
@@ -58,8 +58,8 @@ def test_plans_share_constants_with_the_same_bytes_and_keep_different_ones_apart
 def test_plans_lowered_with_pending_weights_are_copied_once_into_the_shared_blob():
     import dataclasses
 
-    from tlmpack.batch_graph import share_weights
     from tlmpack.graph import PendingWeights
+    from tlmpack.graph.batch_graph import share_weights
 
     same = np.arange(4, dtype=np.float32)
     other = np.ones(4, dtype=np.float32)

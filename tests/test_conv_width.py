@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tlmpack.conv_width import has_tile, wider_width
+from tlmpack.graph.conv_width import has_tile, wider_width
 from tlmpack.verify import onnxruntime_outputs, rel_err
 
 TOLERANCE = 1e-4
@@ -72,7 +72,7 @@ def _model(tmp_path, size: int = 14):
     (14, 14, 8, 196),  # AVX-512's 8 rows: the map's own 7 pixels are enough (ENOUGH_ROWS), not 200 flattened
 ])
 def test_small_maps_are_flattened_when_no_wider_width_holds_a_tile(width, height, rows, pixels):
-    from tlmpack.conv_width import flat_pixels
+    from tlmpack.graph.conv_width import flat_pixels
 
     assert flat_pixels(width, height, rows) == pixels
 
@@ -86,14 +86,14 @@ def test_small_maps_are_flattened_when_no_wider_width_holds_a_tile(width, height
     (12, 12, 6, 6, True),
 ])
 def test_a_map_whose_own_tile_is_nearly_whole_is_left_alone(width, height, rows, pixels, fills):
-    from tlmpack.conv_width import fills_tile, tile_pixels
+    from tlmpack.graph.conv_width import fills_tile, tile_pixels
 
     assert tile_pixels(width, height, rows) == pixels
     assert fills_tile(width, height, rows) == fills
 
 
 def test_only_convolutions_with_whole_two_vector_rows_are_widened():
-    from tlmpack.conv_width import widens
+    from tlmpack.graph.conv_width import widens
 
     assert widens([1, 56, 56, 64], [64, 3, 3, 64], 16)
     assert widens([1, 56, 56, 64], [256, 1, 1, 64], 16)  # memory-bound too
@@ -118,8 +118,8 @@ def _widths(graph) -> dict[str, list[int]]:
 
 def test_convolutions_are_widened_or_flattened_for_six_rows(tmp_path):
     from tlmpack.frontend import load_model
+    from tlmpack.graph.relax_rewrites import policy_for
     from tlmpack.graph_fallbacks import Lowering, lower_graph
-    from tlmpack.relax_rewrites import policy_for
 
     model = _model(tmp_path)
     graph, used, fallbacks = lower_graph(load_model(str(model)).mod,
@@ -136,8 +136,8 @@ def test_convolutions_are_widened_or_flattened_for_six_rows(tmp_path):
 
 def test_the_rules_tile_a_widened_convolution_with_twelve_accumulators(tmp_path):
     from tlmpack.frontend import load_model
+    from tlmpack.graph.relax_rewrites import policy_for
     from tlmpack.graph_fallbacks import Lowering, lower_graph
-    from tlmpack.relax_rewrites import policy_for
     from tlmpack.schedule.hardware import detect_x86
     from tlmpack.schedule.select import schedule_tasks
 
@@ -211,8 +211,8 @@ def test_a_stem_reading_the_nchw_input_is_widened_and_matches_onnxruntime(tmp_pa
     7 x 7 stem: 112 -> 114 columns, 6 pixels of two vectors instead of 4), unless it has too few
     multiply-adds an output (layout_ops.WIDE_STEM_MIN_MACS)."""
     from tlmpack.frontend import load_model
+    from tlmpack.graph.relax_rewrites import policy_for
     from tlmpack.graph_fallbacks import Lowering, lower_graph
-    from tlmpack.relax_rewrites import policy_for
 
     model = _stem(tmp_path, size, kernel, pad)
     graph, used, fallbacks = lower_graph(load_model(str(model)).mod,

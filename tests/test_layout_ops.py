@@ -163,7 +163,7 @@ def test_a_pool_over_a_large_map_is_summed_in_parts_and_matches_onnxruntime(tmp_
     batched matmul, and their sum: not one column tile on one thread."""
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
-    from tlmpack.layout_ops import POOL_SPLIT_MIN_PIXELS, pool_parts
+    from tlmpack.graph.layout_ops import POOL_SPLIT_MIN_PIXELS, pool_parts
 
     assert pool_parts(64 * 64) == 16 and pool_parts(56 * 56) == 1 and 56 * 56 < POOL_SPLIT_MIN_PIXELS
     assert pool_parts(4099) == 1  # a prime: no parts
@@ -202,7 +202,7 @@ def test_channels_last_cnn_matches_onnxruntime(tmp_path, make):
 
 def test_a_pad_that_is_not_zero_stays_a_pad(tmp_path):
     from tlmpack.frontend import load_model
-    from tlmpack.layout_ops import tir_calls_to_relax_ops
+    from tlmpack.graph.layout_ops import tir_calls_to_relax_ops
 
     rng = np.random.default_rng(3)
     model = _save(tmp_path, "pad_one", [_pad("p0", "x", 1, 1, 1, 1, value=1.0), _conv(rng, "c0", "p0", 3, 8, 3),
@@ -212,8 +212,8 @@ def test_a_pad_that_is_not_zero_stays_a_pad(tmp_path):
 
 
 def test_a_failing_layout_rewrite_falls_back_and_keeps_channels_last(tmp_path, monkeypatch):
-    from tlmpack import layout_ops
     from tlmpack.frontend import load_model
+    from tlmpack.graph import layout_ops
     from tlmpack.graph_fallbacks import Lowering, lower_graph
 
     def broken(mod):
@@ -308,7 +308,7 @@ def test_a_gate_over_a_large_map_is_a_kernel_of_its_own_and_matches_onnxruntime(
 
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
-    from tlmpack.wide_gates import MIN_GATED_PIXELS
+    from tlmpack.graph.wide_gates import MIN_GATED_PIXELS
 
     assert 32 * 32 >= MIN_GATED_PIXELS > 8 * 8
     model = silu_se_cnn(tmp_path, size=64)
@@ -334,7 +334,7 @@ def test_a_constant_per_channel_scale_is_no_gate(tmp_path):
 
     from onnx import helper, numpy_helper
 
-    from tlmpack.wide_gates import _gate_pixels
+    from tlmpack.graph.wide_gates import _gate_pixels
 
     assert _gate_pixels([1, 1, 1, 32], [1, 56, 56, 32]) == 56 * 56
     assert _gate_pixels([1, 32, 1, 1], [1, 32, 56, 56]) == 56 * 56  # NCHW

@@ -87,7 +87,7 @@ def _ops(mod) -> list[str]:
 
 
 def test_head_transposes_of_q_v_and_the_output_fold_and_ks_stays(tmp_path):
-    from tlmpack.matmul_views import fold_transposes_into_matmuls
+    from tlmpack.graph.matmul_views import fold_transposes_into_matmuls
 
     mod = _imported(tmp_path)
     before = _ops(mod).count("relax.permute_dims")
@@ -98,7 +98,7 @@ def test_head_transposes_of_q_v_and_the_output_fold_and_ks_stays(tmp_path):
 
 def test_the_scale_after_q_k_still_fuses_into_its_matmul(tmp_path):
     from tlmpack.graph import fuse_to_tir
-    from tlmpack.matmul_views import fold_transposes_into_matmuls
+    from tlmpack.graph.matmul_views import fold_transposes_into_matmuls
 
     fused = fuse_to_tir(fold_transposes_into_matmuls(_imported(tmp_path))[0], pad_policy=None)
     names = sorted(gv.name_hint for gv in fused.functions.keys())
@@ -118,7 +118,7 @@ def _run_on_cpu(mod, x: np.ndarray) -> np.ndarray:
 def test_the_folded_graph_computes_what_onnxruntime_does(tmp_path):
     import onnxruntime as ort
 
-    from tlmpack.matmul_views import fold_transposes_into_matmuls
+    from tlmpack.graph.matmul_views import fold_transposes_into_matmuls
 
     mod = _imported(tmp_path)
     x = np.random.default_rng(1).standard_normal((B, S, HIDDEN)).astype(np.float32)
@@ -131,7 +131,7 @@ def test_the_folded_graph_computes_what_onnxruntime_does(tmp_path):
 def test_a_transpose_with_a_second_user_stays(tmp_path):
     from tvm import relax
 
-    from tlmpack.matmul_views import fold_transposes_into_matmuls
+    from tlmpack.graph.matmul_views import fold_transposes_into_matmuls
 
     bb = relax.BlockBuilder()
     q = relax.Var("q", relax.TensorType((1, 16, 4, 8), "float32"))
@@ -180,7 +180,7 @@ def test_a_reshape_after_a_2d_product_is_lifted_so_the_gelu_fuses_into_the_gemm(
 
     from tlmpack.frontend import load_model
     from tlmpack.graph import fuse_to_tir
-    from tlmpack.matmul_views import rewrite_matmul_views
+    from tlmpack.graph.matmul_views import rewrite_matmul_views
 
     conv1d_gelu_onnx(tmp_path / "conv1d.onnx")
     mod = load_model(str(tmp_path / "conv1d.onnx")).mod
@@ -199,7 +199,7 @@ def test_a_reshape_after_a_2d_product_is_lifted_so_the_gelu_fuses_into_the_gemm(
 def test_a_product_with_another_user_keeps_its_reshape(tmp_path):
     from tvm import relax
 
-    from tlmpack.matmul_views import lift_matmul_reshapes
+    from tlmpack.graph.matmul_views import lift_matmul_reshapes
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((16, 32), "float32"))

@@ -73,7 +73,7 @@ def _relax_of(onnx_path):
 
 
 def test_policy_pads_to_the_first_preferred_multiple_within_the_overhead_bound():
-    from tlmpack.relax_rewrites import policy_for
+    from tlmpack.graph.relax_rewrites import policy_for
 
     x86, cuda = policy_for(("x86",), x86_lanes=8), policy_for(("cuda",))
     assert [x86.padded(e) for e in (197, 77, 257, 50257, 1000, 768, 49, 7)] == [208, 80, 272, 50272, 1000, 768, 49, 7]
@@ -92,7 +92,7 @@ def test_policy_pads_to_the_first_preferred_multiple_within_the_overhead_bound()
 def test_attention_over_an_awkward_sequence_pads_rows_keys_and_the_reduction_exactly(tmp_path):
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
-    from tlmpack.relax_rewrites import pad_awkward_extents, policy_for
+    from tlmpack.graph.relax_rewrites import pad_awkward_extents, policy_for
 
     model = tmp_path / "attention.onnx"
     _attention_onnx(model)
@@ -125,7 +125,7 @@ def test_causal_attention_over_an_awkward_sequence_pads_its_mask_and_stays_exact
 
 
 def test_a_matmul_over_friendly_extents_is_left_untouched(tmp_path):
-    from tlmpack.relax_rewrites import pad_awkward_extents, policy_for
+    from tlmpack.graph.relax_rewrites import pad_awkward_extents, policy_for
 
     model = tmp_path / "attention.onnx"
     _attention_onnx(model, seq=96)  # rows of 6 (the AVX2 register tile), keys and reductions of 16
@@ -146,14 +146,14 @@ def test_switching_padding_off_builds_the_matmul_as_is_and_says_so_in_the_manife
 
 
 def test_a_padding_rewrite_that_fails_falls_back_to_the_model_as_is(tmp_path, monkeypatch):
-    import tlmpack.relax_rewrites
+    import tlmpack.graph.relax_rewrites
     import tlmpack.runtime as rt
     from tlmpack.build import BuildOptions, build
 
     def broken(mod, policy):
         raise RuntimeError("InternalError: padding exploded")
 
-    monkeypatch.setattr(tlmpack.relax_rewrites, "pad_awkward_extents", broken)
+    monkeypatch.setattr(tlmpack.graph.relax_rewrites, "pad_awkward_extents", broken)
     model = tmp_path / "attention.onnx"
     _attention_onnx(model)
     manifest = build(str(model), tmp_path / "a.tar", BuildOptions(scheduler="heuristic"))

@@ -27,7 +27,7 @@ def _pow_model(path, exponents: list[float | None]) -> None:
 
 def test_whole_small_exponents_become_products_and_the_others_stay(tmp_path):
     from tlmpack.frontend import load_model
-    from tlmpack.small_powers import small_powers_as_products
+    from tlmpack.graph.small_powers import small_powers_as_products
 
     _pow_model(tmp_path / "pow.onnx", [2.0, 3.0, 4.0, 0.5, 5.0, None])
     mod = load_model(str(tmp_path / "pow.onnx")).mod

@@ -97,8 +97,8 @@ def pad_policy(options: BuildOptions, targets: tuple[str, ...]):
     or None with --no-pad-extents."""
     if not options.pad_extents:
         return None
+    from .graph.relax_rewrites import policy_for
     from .lower.x86 import x86_target
-    from .relax_rewrites import policy_for
     from .schedule.hardware import detect_x86
     from .schedule.heuristics.x86_matmul import register_rows
 
@@ -167,7 +167,7 @@ def plan_symbol(kind: str, batch: int, largest: int) -> str:
 
 @dataclass
 class Plans:
-    """The model as the build compiles it: one import (frontend) and its graphs (graph.py) per plan.
+    """The model as the build compiles it: one import (frontend) and its graphs (graph/) per plan.
     A fixed build has one plan, of the model's own shapes (key 0); a dynamic-batch build one per
     listed batch size. ``graphs`` are the CUDA graphs, or the only ones when x86 needs no graph of
     its own; ``union`` is the Graph the schedulers take (every distinct task once), and ``x86_*`` the
@@ -279,11 +279,11 @@ def _import(model: str, options: BuildOptions, say: Callable[[str], None]) -> Pl
 
 
 def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]) -> None:
-    """graph.py: every plan's fused TIR, partition and memory plan; for a dynamic batch, the plans'
+    """graph/: every plan's fused TIR, partition and memory plan; for a dynamic batch, the plans'
     tasks merged by structure (batch_graph.py) so that a task that does not depend on the batch is
     scheduled and compiled once."""
-    from .batch_graph import merge_tasks
     from .graph import has_conv2d
+    from .graph.batch_graph import merge_tasks
     from .graph_fallbacks import Lowering, lower_graph
     from .schedule.select import scheduler_for
 
@@ -323,7 +323,7 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
         plans.release_module(b)
     plans.x86_layout = x86_layout
     if plans.batched:
-        from .batch_graph import share_weights
+        from .graph.batch_graph import share_weights
 
         # the plans' constants copied once, into one blob (each plan's are still views of its module)
         if plans.graphs:
@@ -373,8 +373,8 @@ def _build_cuda(stage: Path, plans: Plans, cuda, say: Callable[[str], None], opt
     """Schedules the tasks (dlight or the TLM), generates and compiles the CUDA kernels once (one
     cubin/PTX for every plan), renders each plan and links them into cuda/plan.so, the largest first.
     The runtime captures a CUDA graph per plan."""
-    from .batch_graph import plan_work, share_weights
     from .emit.cuda_plan import render_cuda_plan
+    from .graph.batch_graph import plan_work, share_weights
     from .graph_fallbacks import cuda_kernels_with_fallback
     from .runtime.batching import BATCH_PLANS_FILE, plan_costs
     from .schedule.estimate import task_flops
@@ -422,8 +422,8 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     """Schedules the x86 tasks once, builds them into one kernels object with LLVM, pre-packs the
     constants their kernels read tiled, renders each plan and links them with the kernels into
     x86/model.so, the largest first."""
-    from .batch_graph import plan_work
     from .emit.x86_weights import pack_graphs
+    from .graph.batch_graph import plan_work
     from .graph_fallbacks import x86_kernels_with_fallback
     from .lower.prepack import Packer
     from .lower.x86 import host_cpu, x86_target

@@ -55,7 +55,7 @@ def _any(error: Exception) -> bool:
 
 
 def _layout_rewrite(error: Exception) -> bool:
-    from .layout_ops import LayoutRewriteError
+    from .graph.layout_ops import LayoutRewriteError
 
     return isinstance(error, LayoutRewriteError)
 
@@ -90,8 +90,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
     the model's: a LoweringError (an UnsupportedOperatorError from partition passes through).
     ``materialize``: as graph.partition's."""
     from .graph import fuse_to_tir, partition
-    from .matmul_views import rewrite_matmul_views
-    from .relax_rewrites import pad_awkward_extents
+    from .graph.matmul_views import rewrite_matmul_views
+    from .graph.relax_rewrites import pad_awkward_extents
 
     current, fallbacks = wanted, []
     while True:

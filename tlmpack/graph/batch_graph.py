@@ -1,6 +1,6 @@
 """Batch plans as one compilation: the Graphs of one model at several batch sizes.
 
-Each batch size has its own Graph (graph.py: calls, tensors, memory plan). Here their tasks are
+Each batch size has its own Graph (partition.py: calls, tensors, memory plan). Here their tasks are
 deduplicated across the plans by structure (a task that does not depend on the batch is scheduled
 and compiled once), the schedulers get one union Graph over every plan's tasks, and the plans'
 constants are laid out once in a shared weights blob (constants with the same bytes share them,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from .graph import ALIGNMENT, Graph, KernelCall, Task, Tensor
+from .partition import ALIGNMENT, Graph, KernelCall, Task, Tensor
 
 
 def _aligned(n: int) -> int:
@@ -84,7 +84,7 @@ def share_weights(graphs: dict[int, Graph]) -> tuple[bytes | memoryview, dict[in
     copied into it once (64-byte aligned); plans lowered with PendingWeights (graph.partition's
     materialize=False) are copied from their modules straight into it. Returns the blob and the plans
     with their offsets rewritten."""
-    from .graph import PendingWeights, weights_buffer
+    from .partition import PendingWeights, weights_buffer
 
     def constant(graph: Graph, t: Tensor) -> memoryview:
         if isinstance(graph.weights, PendingWeights):
@@ -137,7 +137,7 @@ def plan_work(graph: Graph, flops: dict[str, int], factors: dict[str, float] | N
     FLOPs of its kernels, the same counted in vector-lane work (each task's FLOPs times its factor in
     ``factors``, schedule/estimate.py's lane_factor; 1 where absent) and the bytes of the kernels'
     arguments, every argument once per call."""
-    from .runtime.batching import PlanWork
+    from ..runtime.batching import PlanWork
 
     factors = factors or {}
     nbytes = sum(graph.tensors[a].nbytes for c in graph.calls for a in c.args)

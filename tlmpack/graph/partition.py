@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LoweringError, UnsupportedOperatorError
+from ..errors import LoweringError, UnsupportedOperatorError
 from .relax_rewrites import PadPolicy, pad_awkward_extents, policy_for
 
 X86_PAD_POLICY = policy_for(("x86",))  # what a plain fuse_to_tir pads to (AVX2 lanes)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import LoweringError, one_line
+from ..errors import LoweringError, one_line
 from .relax_rewrites import static_shape, users_of, with_main
 
 MAX_PAD = 8  # spatial pads tried per axis when recognising a Pad (models pad by 0-3)
@@ -298,7 +298,7 @@ _TO_NHWC = [0, 2, 3, 1]
 def input_transposes_into_convolutions(mod):
     """``mod`` with every NCHW → NHWC ``R.permute_dims`` whose every user is an ungrouped NHWC
     convolution's data removed: those convolutions read the NCHW tensor (data_layout NCHW,
-    out_layout NHWC), which graph.py legalizes with ``nchw_input_conv2d_te``."""
+    out_layout NHWC), which partition.py legalizes with ``nchw_input_conv2d_te``."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
