@@ -252,8 +252,8 @@ def _dynamic_specs(specs_by_batch: dict, what: str) -> list:
 
 def _import(model: str, options: BuildOptions, say: Callable[[str], None]) -> Plans:
     """frontend: the model once (a fixed build) or once per batch size, its batch dimension fixed."""
+    from .errors import Fallback
     from .frontend import load_model
-    from .graph_fallbacks import Fallback
 
     if not options.batches:
         say(f"loading {model}")

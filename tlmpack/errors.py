@@ -1,6 +1,9 @@
-"""Errors the compiler raises for the user. The CLI prints them as one line and exits with code 2."""
+"""Errors the compiler raises for the user (the CLI prints them as one line and exits with code 2), and
+the record of one it recovered from (Fallback: the build log and the manifest list them)."""
 
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
 
 
 class TlmpackBuildError(Exception):
@@ -39,3 +42,22 @@ def one_line(error: BaseException, limit: int = 240) -> str:
     text = (checks[-1] if checks else lines[-1] if lines else "").removeprefix("error: ")
     text = text.replace("Relax could not lower the model to TIR: ", "")
     return f"{type(error).__name__}: {text}"[:limit]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """One optional transformation that was not applied, where, and the error that made us stop."""
+
+    # switched off: layout-ops | channels-last | fast-math | constant-folding | pad-awkward-extents | pre-packing |
+    # cuda-schedule / x86-schedule (a task's chosen schedule that TVM cannot compile, replaced by
+    # dlight's / the fixed rules');
+    # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
+    transform: str
+    scope: str  # "graph", or the task id for per-task fallbacks
+    reason: str  # one line
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def sentence(self) -> str:
+        return f"fallback [{self.transform}, {self.scope}]: {self.reason}"

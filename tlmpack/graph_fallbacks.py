@@ -13,29 +13,10 @@ record: the build log says it and the manifest lists it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import LoweringError, TlmpackBuildError, one_line
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """One optional transformation that was not applied, where, and the error that made us stop."""
-
-    # switched off: layout-ops | channels-last | fast-math | constant-folding | pad-awkward-extents | pre-packing |
-    # cuda-schedule / x86-schedule (a task's chosen schedule that TVM cannot compile, replaced by
-    # dlight's / the fixed rules');
-    # a rescue: opset-upgrade (the frontend converted the model to the opset TVM's converter is for)
-    transform: str
-    scope: str  # "graph", or the task id for per-task fallbacks
-    reason: str  # one line
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def sentence(self) -> str:
-        return f"fallback [{self.transform}, {self.scope}]: {self.reason}"
+from .errors import Fallback, LoweringError, TlmpackBuildError, one_line
 
 
 @dataclass(frozen=True)

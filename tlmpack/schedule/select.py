@@ -362,7 +362,7 @@ class ScheduledTasks:
     choose_ms: dict[str, float]
     total_ms: dict[str, float]
     tlm: dict | None = None
-    fallbacks: list = field(default_factory=list)  # graph_fallbacks.Fallback: tasks built without pre-packing
+    fallbacks: list = field(default_factory=list)  # errors.Fallback: tasks built without pre-packing
 
 
 def _arg_types(graph: Graph, task_id: str) -> tuple[list[tuple[tuple[int, ...], str]], int]:
@@ -466,8 +466,7 @@ def _choose_x86_or_unpacked(graph: Graph, task, func, tvm_target, hardware, prep
                             out: ScheduledTasks):
     """Pre-packing is optional: when TVM fails to split or pack a task's weight, the task is
     chosen again with the plain weight, and ``out.fallbacks`` says so."""
-    from ..errors import one_line
-    from ..graph_fallbacks import Fallback
+    from ..errors import Fallback, one_line
 
     try:
         return _choose_x86(graph, task, func, tvm_target, hardware, prepack, options)
