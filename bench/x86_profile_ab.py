@@ -35,8 +35,9 @@ def kernel_key(name: str) -> str:
 
 
 def compare(rounds_a: list[dict], rounds_b: list[dict]) -> list[dict]:
-    """Rows per kernel present in both: median mean-µs a call over rounds, B/A, calls a run and the µs a
-    run the difference costs, the largest cost first."""
+    """Rows per kernel: median mean-µs a call over rounds, B/A, calls a run and the µs a run the
+    difference costs, the largest cost first. A kernel only one build has (a change that splits or
+    merges kernels) counts 0 µs on the other side, its ratio infinite or 0."""
     def medians(rounds: list[dict]) -> dict[str, tuple[float, float]]:
         per: dict[str, list[float]] = {}
         calls: dict[str, float] = {}
@@ -49,10 +50,11 @@ def compare(rounds_a: list[dict], rounds_b: list[dict]) -> list[dict]:
 
     a, b = medians(rounds_a), medians(rounds_b)
     rows = []
-    for key in a.keys() & b.keys():
-        (us_a, _), (us_b, calls) = a[key], b[key]
+    for key in a.keys() | b.keys():
+        (us_a, calls_a), (us_b, calls_b) = a.get(key, (0.0, 0.0)), b.get(key, (0.0, 0.0))
+        calls = calls_b or calls_a
         rows.append({"kernel": key, "a_us": us_a, "b_us": us_b, "ratio": us_b / us_a if us_a else float("inf"),
-                     "calls": calls, "cost_us_per_run": (us_b - us_a) * calls})
+                     "calls": calls, "cost_us_per_run": us_b * calls_b - us_a * calls_a})
     return sorted(rows, key=lambda r: -abs(r["cost_us_per_run"]))
 
 

@@ -105,12 +105,12 @@ def silu_se_cnn(tmp_path, size: int = 16):
     ], size=size)
 
 
-def _x86_graph(model_path, layout_ops: bool = True):
+def _x86_graph(model_path, layout_ops: bool = True, cores: int = 0):
     from tlmpack.frontend import load_model
     from tlmpack.graph_fallbacks import Lowering, lower_graph
 
     graph, used, fallbacks = lower_graph(load_model(str(model_path)).mod,
-                                         Lowering("NHWC", fast_math=True, layout_ops=layout_ops))
+                                         Lowering("NHWC", fast_math=True, layout_ops=layout_ops, cores=cores))
     assert used.conv_layout == "NHWC" and not fallbacks
     return graph
 
@@ -177,6 +177,42 @@ def test_a_pool_over_a_large_map_is_summed_in_parts_and_matches_onnxruntime(tmp_
     x = np.random.default_rng(5).standard_normal((1, 3, 64, 64)).astype(np.float32)
     (ref,) = onnxruntime_outputs(model, {"x": x})
     assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
+    (out,) = rt.load(tar).run(None, {"x": x})
+    assert rel_err(out, ref) < TOLERANCE
+
+
+def test_pool_parts_for_the_cores_follow_the_channel_tiles():
+    """A pool whose channel tiles leave the cores unevenly busy is split until they are (EfficientNet-B0's
+    squeezes on 16 AVX-512 cores); one whose tiles already fill them, or too small a map, is not."""
+    from tlmpack.graph.layout_ops import chunk_balance, pool_channel_tiles, pool_parts
+
+    assert pool_channel_tiles(96, 16) == 3 and pool_channel_tiles(144, 16) == 9 and pool_channel_tiles(144, 8) == 9
+    assert chunk_balance(3, 16) == 3 / 16 and chunk_balance(42, 16) == 42 / 48 and chunk_balance(32, 16) == 1.0
+    assert [pool_parts(56 * 56, 96, cores, 16) for cores in (0, 1, 2, 4, 16)] == [1, 1, 2, 4, 14]
+    assert pool_parts(56 * 56, 144, 16, 16) == 7  # 9 tiles: 63 chunks, 0.98 of 16 cores busy
+    assert pool_parts(28 * 28, 240, 16, 16) == 1  # 15 tiles already keep 15 of 16 cores busy
+    assert pool_parts(7 * 7, 1152, 16, 16) == 1  # 49 pixels: no part of 64
+    assert pool_parts(64 * 64, 32, 16, 16) == 16  # the large map's own split stands
+    assert pool_parts(56 * 56, 96, 2, 8) == 1  # AVX2: 6 tiles of 16 channels keep 2 cores busy
+
+
+def test_a_pool_is_split_for_many_cores_and_matches_onnxruntime(tmp_path):
+    """A 16 x 16 x 48 pool is 3 column tiles: built for 16 cores it is summed in 4 parts (12 chunks), for
+    this host's own cores in none, and both builds match onnxruntime."""
+    import tlmpack.runtime as rt
+    from tlmpack.build import BuildOptions, build
+
+    rng = np.random.default_rng(6)
+    model = _save(tmp_path, "pool48", [_conv(rng, "c0", "x", 3, 48, 3, pads=(1, 1, 1, 1)), _silu("a0", "c0"),
+                                       _head(rng, "a0", 48)], size=16)
+    assert any(t.name.startswith("sum") for t in _x86_graph(model, cores=16).tasks)
+    assert not any(t.name.startswith("sum") for t in _x86_graph(model).tasks)
+    x = np.random.default_rng(7).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (ref,) = onnxruntime_outputs(model, {"x": x})
+    assert np.abs(ref).max() > 0 and np.isfinite(ref).all()
+    tar = tmp_path / "pool48.tar"
+    manifest = build(str(model), tar, BuildOptions(scheduler="heuristic", cores=16))
+    assert any(s["name"].startswith("sum") for s in manifest["subgraphs"])
     (out,) = rt.load(tar).run(None, {"x": x})
     assert rel_err(out, ref) < TOLERANCE
 

@@ -92,19 +92,25 @@ def _unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
     return ()
 
 
+def _x86_hardware(options: BuildOptions):
+    """The x86 target's description (schedule/hardware.py) for ``options``' --cpu, cores and caches."""
+    from .lower.x86 import x86_target
+    from .schedule.hardware import detect_x86
+
+    return detect_x86(x86_target(options.cpu, options.cores).features, options.cores, options.cache_kib)
+
+
 def pad_policy(options: BuildOptions, targets: tuple[str, ...]):
     """How awkward matmul extents are padded for a graph shared by ``targets`` (relax_rewrites.py),
     or None with --no-pad-extents."""
     if not options.pad_extents:
         return None
     from .graph.relax_rewrites import policy_for
-    from .lower.x86 import x86_target
-    from .schedule.hardware import detect_x86
     from .schedule.heuristics.x86_matmul import register_rows
 
     if "x86" not in options.targets:
         return policy_for(targets)
-    hardware = detect_x86(x86_target(options.cpu, options.cores).features, options.cores, options.cache_kib)
+    hardware = _x86_hardware(options)
     return policy_for(targets, hardware.lanes(32), register_rows(hardware.vector_registers))
 
 
@@ -311,7 +317,8 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
             if not plans.batched:
                 say(f"lowering for x86 with {x86_layout} convolutions")
             plans.x86_graphs[b], used, taken = lower_graph(
-                mod, Lowering(x86_layout, options.fast_math, pad=pad_policy(options, ("x86",))),
+                mod, Lowering(x86_layout, options.fast_math, pad=pad_policy(options, ("x86",)), cores=options.cores,
+                              lanes=_x86_hardware(options).lanes(32)),
                 task_prefix=plans.task_prefix(b, True), say=say, materialize=False)
             plans.fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
             x86_layout = used.conv_layout

@@ -29,6 +29,8 @@ class Lowering:
     pad: Any = None  # a relax_rewrites.PadPolicy: the multiples awkward matmul extents are padded to; None: off
     layout_ops: bool = True  # layout_ops.py, with a conv layout only
     matmul_views: bool = False  # matmul_views.py: reshapes and head transposes around matmuls folded (CUDA graphs)
+    cores: int = 0  # the x86 target's cores and vector lanes, for the graph's parallel splits (layout_ops.pool_parts)
+    lanes: int = 16
 
 
 def _any(error: Exception) -> bool:
@@ -85,7 +87,8 @@ def lower_graph(mod, wanted: Lowering, task_prefix: str = "k",
             culprit = None
             graph = partition(fuse_to_tir(padded, fast_math=current.fast_math, conv_layout=current.conv_layout,
                                           fold_constants=current.fold_constants, pad_policy=None,
-                                          layout_ops=current.layout_ops, conv_tile=_conv_tile(current)),
+                                          layout_ops=current.layout_ops, conv_tile=_conv_tile(current),
+                                          cores=current.cores, lanes=current.lanes),
                               task_prefix=task_prefix, materialize=materialize)
             graph.padded_matmuls = count
             if lifts or folds:

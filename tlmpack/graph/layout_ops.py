@@ -46,11 +46,13 @@ def before_conversion(mod):
         raise LayoutRewriteError(f"layout-ops rewrite failed: {one_line(e)}") from None
 
 
-def after_conversion(mod):
-    """unit_transposes_to_reshapes, channels_last_pools_as_matmuls and
-    input_transposes_into_convolutions, a failure a LayoutRewriteError."""
+def after_conversion(mod, cores: int = 0, lanes: int = 16):
+    """unit_transposes_to_reshapes, channels_last_pools_as_matmuls (for ``cores`` with vectors of
+    ``lanes``; 0 cores: by size alone) and input_transposes_into_convolutions, a failure a
+    LayoutRewriteError."""
     try:
-        return input_transposes_into_convolutions(channels_last_pools_as_matmuls(unit_transposes_to_reshapes(mod)))
+        pools = channels_last_pools_as_matmuls(unit_transposes_to_reshapes(mod), cores, lanes)
+        return input_transposes_into_convolutions(pools)
     except Exception as e:
         raise LayoutRewriteError(f"layout-ops rewrite failed: {one_line(e)}") from None
 
@@ -234,27 +236,61 @@ def unit_transposes_to_reshapes(mod):
 POOL_SPLIT_MIN_PIXELS = 4096
 POOL_MAX_PARTS = 16
 POOL_MIN_PART_PIXELS = 256
+# for the target's cores: a part keeps at least this many pixels, and the split is taken only where the
+# chunks' balance on the cores was below POOL_GOOD_BALANCE (then the fewest parts that reach it, or the best)
+POOL_MIN_CORE_PART_PIXELS = 64
+POOL_GOOD_BALANCE = 0.85
 
 
-def pool_parts(pixels: int) -> int:
-    """How many parts a global pool over ``pixels`` is summed in: 1 below POOL_SPLIT_MIN_PIXELS, else the
-    largest divisor of ``pixels`` up to POOL_MAX_PARTS that leaves each part POOL_MIN_PART_PIXELS. As one
-    matmul, a pool over few channels is one column tile and so one thread: EfficientNet-B0's first
-    squeeze (112 x 112 x 32) ran 82 us at 4 threads and 93 at 16 on the 16-core Xeon, the pool's other
-    threads asleep by the time it ended. In parts, each part is a chunk of a batched matmul, and a small
-    sum adds the parts' means."""
-    if pixels < POOL_SPLIT_MIN_PIXELS:
-        return 1
-    return max(d for d in range(1, POOL_MAX_PARTS + 1) if pixels % d == 0 and pixels // d >= POOL_MIN_PART_PIXELS)
+def pool_channel_tiles(channels: int, lanes: int) -> int:
+    """How many parallel column tiles x86-matmul gives a pool's channels: two vectors of ``lanes``
+    where they divide the channels, else one (EfficientNet-B0 on AVX-512: 96 -> 3, 144 -> 9)."""
+    width = 2 * lanes if channels % (2 * lanes) == 0 else lanes
+    return -(-channels // width)
 
 
-def channels_last_pools_as_matmuls(mod):
+def chunk_balance(chunks: int, cores: int) -> float:
+    """The share of ``cores`` busy while ``chunks`` equal chunks run on them: (chunks / cores) over the
+    busiest core's ceil(chunks / cores)."""
+    return (chunks / cores) / -(-chunks // cores)
+
+
+def pool_parts(pixels: int, channels: int = 0, cores: int = 0, lanes: int = 16) -> int:
+    """How many parts a global pool over ``pixels`` is summed in.
+
+    A large map (at least POOL_SPLIT_MIN_PIXELS): the largest divisor of ``pixels`` up to POOL_MAX_PARTS
+    that leaves each part POOL_MIN_PART_PIXELS. As one matmul, a pool over few channels is one column
+    tile and so one thread: EfficientNet-B0's first squeeze (112 x 112 x 32) ran 82 us at 4 threads and
+    93 at 16 on the 16-core Xeon, the pool's other threads asleep by the time it ended. In parts, each
+    part is a chunk of a batched matmul, and a small sum adds the parts' means.
+
+    With the target's ``cores`` (and vector ``lanes``), also a smaller map whose channel tiles leave the
+    cores unevenly busy (chunk_balance below POOL_GOOD_BALANCE): 56 x 56 x 96 is 3 tiles, so 3 of 16
+    cores work. Then the fewest parts (divisors of ``pixels`` up to POOL_MAX_PARTS, each part at least
+    POOL_MIN_CORE_PART_PIXELS) whose tiles x parts reach the balance, else the best balance."""
+    divisors = [d for d in range(1, POOL_MAX_PARTS + 1) if pixels % d == 0]
+    parts = 1
+    if pixels >= POOL_SPLIT_MIN_PIXELS:
+        parts = max(d for d in divisors if pixels // d >= POOL_MIN_PART_PIXELS)
+    if cores > 1 and channels > 0:
+        tiles = pool_channel_tiles(channels, lanes)
+        if chunk_balance(tiles * parts, cores) < POOL_GOOD_BALANCE:
+            more = [d for d in divisors if d > parts and pixels // d >= POOL_MIN_CORE_PART_PIXELS]
+            good = [d for d in more if chunk_balance(tiles * d, cores) >= POOL_GOOD_BALANCE]
+            best = min(good) if good else max(more, key=lambda d: (chunk_balance(tiles * d, cores), -d), default=parts)
+            if chunk_balance(tiles * best, cores) > chunk_balance(tiles * parts, cores):
+                parts = best
+    return parts
+
+
+def channels_last_pools_as_matmuls(mod, cores: int = 0, lanes: int = 16):
     """``mod`` with every mean over the spatial axes of an NHWC tensor (a global average pool:
     EfficientNet's squeeze-excite, the classifier's pool) as a product with a constant row of
     1 / (H·W): ``[1, H·W] @ [N, H·W, C]``. As a reduction the mean sums each channel alone, one
     strided scalar at a time, re-reading every cache line once per channel (EfficientNet-B0's 17
     pools were 14 % of its kernel time); as a matmul x86-matmul vectorises over the channels and
-    reads the input once. A pool over a large map is summed in parts (pool_parts)."""
+    reads the input once. A pool over a large map, or whose channel tiles leave the target's ``cores``
+    (vectors of ``lanes``) unevenly busy, is summed in parts (pool_parts)."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -277,7 +313,7 @@ def channels_last_pools_as_matmuls(mod):
             n, h, w, c = shape
             if h * w == 1 or c == 1:
                 return call
-            parts = pool_parts(h * w)
+            parts = pool_parts(h * w, c, cores, lanes)
             row = relax.const(np.full((1, h * w // parts), 1.0 / (h * w), dtype=dtype))
             if parts == 1:
                 flat = self.builder_.emit(relax.op.reshape(x, [n, h * w, c]))

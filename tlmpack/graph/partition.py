@@ -145,7 +145,7 @@ def has_conv2d(mod) -> bool:
 
 def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fold_constants: bool = True,
                 pad_policy: PadPolicy | None = X86_PAD_POLICY, layout_ops: bool = True,
-                conv_tile: tuple[int, int] = (0, 0)):
+                conv_tile: tuple[int, int] = (0, 0), cores: int = 0, lanes: int = 16):
     """Runs Relax up to fused TIR: LegalizeOps (views kept), AnnotateTIROpPattern, FoldConstant,
     FuseOps, FuseTIR, then drops what became dead. ``fast_math`` swaps exact erf/exp/tanh for
     TVM's vectorisable approximations (exact erf is a scalar libm call per element on x86), sigmoid
@@ -158,7 +158,9 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     become Relax ops first, so ConvertLayout leaves no transposes around them, and a transpose
     that only moves unit axes becomes a reshape, so a view): graph_fallbacks.py
     switches each off when TVM trips over it. ``conv_tile``: the register tile (pixels, channels)
-    a channels-last convolution is widened for (conv_width.py; 0 pixels: none)."""
+    a channels-last convolution is widened for (conv_width.py; 0 pixels: none). ``cores`` and ``lanes``:
+    the x86 target's, for which a global pool is split into enough parallel chunks (layout_ops.pool_parts;
+    0 cores: by the map's size alone)."""
     import tvm
     from tvm import relax
 
@@ -194,7 +196,7 @@ def fuse_to_tir(mod, fast_math: bool = False, conv_layout: str | None = None, fo
     except Exception as e:
         raise LoweringError(f"Relax could not lower the model to TIR: {type(e).__name__}: {e}") from None
     if rewrite_for_layout:
-        mod = rewrites.after_conversion(mod)
+        mod = rewrites.after_conversion(mod, cores, lanes)
     try:
         return passes(mod)
     except Exception as e:
