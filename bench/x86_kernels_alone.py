@@ -17,34 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # x86_rules_schedules
 
 
 def alone_us(model: str, threads: int, prefixes: list[str]) -> dict[str, float]:
     """Task id -> µs alone, for the tasks whose id starts with one of ``prefixes`` (all when empty)."""
-    from tlmpack import build, build_switches
-    from tlmpack.lower.x86 import x86_target
-    from tlmpack.schedule.hardware import detect_x86
-    from tlmpack.schedule.select import mark_layout_free, packed_weight_param, schedule_with_rules
+    from x86_rules_schedules import rules_schedules
+
     from tlmpack.schedule.tune import measure_candidates
 
-    options = build.resolve_x86_machine(build_switches.resolve(build.BuildOptions(targets=("x86",),
-                                                                                   scheduler="heuristic")))
-    with build_switches.applied(options):
-        plans = build._import(model, options, lambda s: None)
-        build._lower(plans, options, None, lambda s: None)
-    graph = plans.x86_union
-    target = x86_target()
-    hardware = detect_x86(target.features, target.num_cores)
     out: dict[str, float] = {}
-    for task in graph.tasks:
-        if prefixes and not any(task.id.startswith(p) for p in prefixes):
+    for task, func, param, choice, tvm_target in rules_schedules(model):
+        if choice is None or (prefixes and not any(task.id.startswith(p) for p in prefixes)):
             continue
-        func = graph.task_funcs[task.id]
-        param = packed_weight_param(graph, task.id, func)
-        choice = schedule_with_rules(mark_layout_free(func, param), target.tvm_target(), "x86", hardware)
-        if choice is None:
-            continue
-        latency = measure_candidates(func, 1, target.tvm_target(), {"rules": (choice.sketch, choice.decisions)},
+        latency = measure_candidates(func, 1, tvm_target, {"rules": (choice.sketch, choice.decisions)},
                                      threads, param)["rules"]
         if latency is not None:
             out[task.id] = latency

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # x86_rules_schedules
 
 
 def parallel_extents(func) -> list[int]:
@@ -43,29 +47,16 @@ def parallel_extents(func) -> list[int]:
     return found
 
 
-def chunks_per_task(model: str, cpu: str, cores: int) -> tuple[dict[str, int], dict[str, int]]:
+def chunks_per_task(model: str, cpu: str | None, cores: int | None) -> tuple[dict[str, int], dict[str, int]]:
     """Task id -> parallel chunks of the rules' schedule for ``cpu`` with ``cores``, and task id -> calls a run."""
-    from tlmpack import build, build_switches
-    from tlmpack.lower.x86 import x86_target
-    from tlmpack.schedule.hardware import detect_x86
-    from tlmpack.schedule.select import mark_layout_free, packed_weight_param, schedule_with_rules
+    from x86_rules_schedules import rules_schedules
 
-    options = build.resolve_x86_machine(build_switches.resolve(build.BuildOptions(
-        targets=("x86",), cpu=cpu, cores=cores, scheduler="heuristic")))
-    with build_switches.applied(options):
-        plans = build._import(model, options, lambda s: None)
-        build._lower(plans, options, None, lambda s: None)
-    graph = plans.x86_union
-    target = x86_target(options.cpu, options.cores)
-    hardware = detect_x86(target.features, options.cores, options.cache_kib)
-    calls = {task.id: task.calls for task in graph.tasks}
     chunks: dict[str, int] = {}
-    for task in graph.tasks:
-        func = graph.task_funcs[task.id]
-        choice = schedule_with_rules(mark_layout_free(func, packed_weight_param(graph, task.id, func)),
-                                     target.tvm_target(), "x86", hardware)
+    calls: dict[str, int] = {}
+    for task, _, _, choice, _ in rules_schedules(model, cpu, cores):
         extents = parallel_extents(choice.func) if choice is not None else []
         chunks[task.id] = extents[0] if extents else 1
+        calls[task.id] = task.calls
     return chunks, calls
 
 

@@ -297,6 +297,10 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
     # CUDA keeps the model's layout. With both targets the x86 plan has its own graph and weights.
     x86_layout = ("NHWC" if "x86" in options.targets and scheduler_for("x86", options.scheduler) in ("tlm", "heuristic")
                   and has_conv2d(plans.first.mod) else None)
+    # the x86 graph's Lowering, the same for every plan: its padding, and the cores and vector lanes its
+    # parallel splits are for
+    x86_lowering = (Lowering(x86_layout, options.fast_math, pad=pad_policy(options, ("x86",)), cores=options.cores,
+                             lanes=_x86_hardware(options).lanes(32)) if x86_layout is not None else None)
     if not plans.batched:
         say("lowering to fused TIR (Relax LegalizeOps, FuseOps, FuseTIR)")
     for b in plans.keys:
@@ -317,8 +321,7 @@ def _lower(plans: Plans, options: BuildOptions, cuda, say: Callable[[str], None]
             if not plans.batched:
                 say(f"lowering for x86 with {x86_layout} convolutions")
             plans.x86_graphs[b], used, taken = lower_graph(
-                mod, Lowering(x86_layout, options.fast_math, pad=pad_policy(options, ("x86",)), cores=options.cores,
-                              lanes=_x86_hardware(options).lanes(32)),
+                mod, x86_lowering,
                 task_prefix=plans.task_prefix(b, True), say=say, materialize=False)
             plans.fallbacks += [dataclasses.replace(f, scope="x86 graph") for f in taken]
             x86_layout = used.conv_layout
