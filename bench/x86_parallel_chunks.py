@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -71,13 +72,17 @@ def main() -> int:
     args = ap.parse_args()
     from tlmpack.graph.layout_ops import chunk_balance as balance
 
-    chunks, calls = chunks_per_task(args.model, args.cpu, args.cores)
     times: dict[str, float] = {}
     base_threads = None
     if args.profile:
         result = json.load(open(args.profile))
-        base_threads = int(result["device_name"].split("(")[1].split()[0])
+        found = re.fullmatch(r"cpu \((\d+) threads?\)", str(result.get("device_name", "")))
+        if found is None:
+            ap.error(f"{args.profile}: expected an x86 profile (device_name 'cpu (N threads)' from `tlmpack bench "
+                     f"--profile --json`), found device_name {result.get('device_name')!r}")
+        base_threads = int(found.group(1))
         times = {k["kernel"]: k["mean_us"] for k in result["profile"]["kernels"]}
+    chunks, calls = chunks_per_task(args.model, args.cpu, args.cores)  # after the checks: it builds the model
     most = max(args.threads)
     rows = []
     for task, c in chunks.items():

@@ -33,3 +33,18 @@ def test_a_pool_built_for_sixteen_cores_is_split_into_chunks_for_them_and_one_fo
     assert pool(many) == [12] and pool(few) == [1]  # 4 parts x 3 tiles of 16 channels; one core: no parallel loop
     assert any("sum" in task for task in many) and not any("sum" in task for task in few)
     assert all(c >= 1 for c in many.values()) and set(calls) == set(many) and all(n == 1 for n in calls.values())
+
+
+def test_a_profile_that_is_not_an_x86_one_is_refused_before_anything_is_built(tmp_path, monkeypatch, capsys):
+    import json
+
+    import pytest
+
+    profile = tmp_path / "gpu.json"
+    profile.write_text(json.dumps({"device_name": "cuda:0 (NVIDIA H200)", "profile": {"kernels": []}}))
+    monkeypatch.setattr("sys.argv", ["x86_parallel_chunks.py", str(tmp_path / "absent.onnx"), "--profile", str(profile)])
+    with pytest.raises(SystemExit) as exited:
+        load("x86_parallel_chunks").main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected an x86 profile" in err and "'cuda:0 (NVIDIA H200)'" in err
