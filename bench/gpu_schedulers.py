@@ -54,6 +54,17 @@ def _joined(folders: list[Path], filename: str, scratch: Path) -> Path | None:
     return joined
 
 
+def _variant_with_weights(folders: list[Path], name: str, preferred: str) -> str:
+    """The variant of ``name`` packed with its weights.bin: ``preferred`` if it is, else the first by
+    name, so that any variant may be loaded first or profiled alone."""
+    stem = _stem(name)
+    full = sorted({p.name.split(".tar.xz")[0][len(stem) + 1:] for folder in folders
+                   for p in folder.glob(f"{stem}.*.tar.xz*") if ".noweights." not in p.name})
+    if not full:
+        raise FileNotFoundError(f"no {stem}.VARIANT.tar.xz with weights in {[str(f) for f in folders]}")
+    return preferred if preferred in full else full[0]
+
+
 def unpack(folders: list[Path], name: str, variant: str, first: str, scratch: Path) -> Path:
     """The artifact of ``name`` built with ``variant``, extracted, weights.bin put back if stripped."""
     stem = _stem(name)
@@ -66,7 +77,9 @@ def unpack(folders: list[Path], name: str, variant: str, first: str, scratch: Pa
     stripped = _find(folders, f"{stem}.{variant}.noweights.tar.xz")
     if stripped is None:
         raise FileNotFoundError(f"no {stem}.{variant}[.noweights].tar.xz in {[str(f) for f in folders]}")
-    base = unpack(folders, name.partition("@b")[0], first, first, scratch)
+    base_name = name.partition("@b")[0]
+    source = _variant_with_weights(folders, base_name, first)
+    base = unpack(folders, base_name, source, source, scratch)
     with lzma.open(stripped) as f:
         _extract(io.BufferedReader(f), out)
     shutil.copy(base / "weights.bin", out / "weights.bin")
