@@ -52,7 +52,9 @@ def main() -> int:
             (args.out / f"{name}.ort.t{threads}.json").write_text(json.dumps(rows))
             ort_ms = sum(r["median_us"] for r in rows) / 1e3
             print(f"{name} {threads} threads: tlmpack {result.latency_ms['median']:.2f} ms (kernels "
-                  f"{result.profile.kernel_us / 1e3:.2f}), onnxruntime nodes {ort_ms:.2f} ms ({origin})", flush=True)
+                  f"{result.profile.kernel_us / 1e3:.2f}; pool wait {result.profile.pool_wait_us:.0f} us, "
+                  f"{result.profile.pool_wakes_per_run:g} of {result.profile.pool_launches_per_run:g} launches "
+                  f"woke sleepers), onnxruntime nodes {ort_ms:.2f} ms ({origin})", flush=True)
     return 0
 
 

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define TLMRT_API_VERSION 7
+#define TLMRT_API_VERSION 8
 #define TLMRT_MAX_NDIM 8
 
 typedef enum {
@@ -233,6 +233,8 @@ typedef struct {
   uint64_t pool_launches;  /* CPU: parallel launches on the model's thread pool, inside the steps */
   uint64_t pool_wait_ns;   /* CPU: the calling thread's wait for the workers after its own tasks (wake-up,
                               join and load imbalance), inside kernel_ns */
+  uint64_t pool_wakes;     /* CPU: launches that found workers asleep and had to wake them with a system
+                              call (since API version 8; a runtime before it leaves the field alone) */
 } tlmrt_profile;
 
 typedef struct {

@@ -56,7 +56,7 @@ struct tlmrt_model {
   _Atomic int profiling;
   _Atomic uint64_t prof_runs;
   _Atomic uint64_t prof_run_ns;
-  tlmrt_step_counter* prof_steps;  /* num_steps, then the I/O copies, then the pool's waits */
+  tlmrt_step_counter* prof_steps;  /* num_steps, then the I/O copies, the pool's waits, its wake-ups */
   tlmrt_batch* batch;        /* a dynamic-batch model: its plans, each a model (state is then NULL); else NULL */
 };
 
@@ -653,7 +653,7 @@ tlmrt_status tlmrt_open_plan_model(const char* dir, const tlmrt_options* opts, c
   s = m->backend->open(dir, &o, plan_symbol, &m->state, &m->tables, err, cap);
   if (s == TLMRT_OK) {
     m->num_steps = m->backend->num_steps(m->state);
-    m->prof_steps = (tlmrt_step_counter*)calloc((size_t)m->num_steps + 2u, sizeof(tlmrt_step_counter));
+    m->prof_steps = (tlmrt_step_counter*)calloc((size_t)m->num_steps + 3u, sizeof(tlmrt_step_counter));
     if (m->prof_steps == NULL) s = tlmrt_errorf(err, cap, TLMRT_ERR_OUT_OF_MEMORY, "out of memory");
   }
   if (s == TLMRT_OK && !own_arena && !m->backend->takes_arena) {
@@ -1072,7 +1072,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_set_profiling(tlmrt_model* m, int32_t enab
     if (s != TLMRT_OK) return s;
   }
   if (enabled) {
-    for (int32_t i = 0; i <= m->num_steps + 1; ++i) {
+    for (int32_t i = 0; i <= m->num_steps + 2; ++i) {
       atomic_store_explicit(&m->prof_steps[i].calls, 0u, memory_order_relaxed);
       atomic_store_explicit(&m->prof_steps[i].ns, 0u, memory_order_relaxed);
       atomic_store_explicit(&m->prof_steps[i].last_start, 0u, memory_order_relaxed);
@@ -1108,6 +1108,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile(tlmrt_model* m, tlmrt_profile*
       out->io_ns += plan.io_ns;
       out->pool_launches += plan.pool_launches;
       out->pool_wait_ns += plan.pool_wait_ns;
+      out->pool_wakes += plan.pool_wakes;
     }
     return TLMRT_OK;
   }
@@ -1115,6 +1116,7 @@ TLMRT_EXPORT tlmrt_status tlmrt_model_get_profile(tlmrt_model* m, tlmrt_profile*
   out->io_ns = atomic_load_explicit(&m->prof_steps[m->num_steps].ns, memory_order_relaxed);
   out->pool_launches = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].calls, memory_order_relaxed);
   out->pool_wait_ns = atomic_load_explicit(&m->prof_steps[m->num_steps + 1].ns, memory_order_relaxed);
+  out->pool_wakes = atomic_load_explicit(&m->prof_steps[m->num_steps + 2].calls, memory_order_relaxed);
   return TLMRT_OK;
 }
 

@@ -22,7 +22,10 @@
  * acknowledges every launch, even one that gives it no task, so no worker can lag a launch behind.
  * Waiting (workers for work, the caller for the workers) spins for at most TLMRT_CPU_SPIN_NS with a
  * pause instruction, then sleeps on a futex; a pool with more threads than online cores does not
- * spin. Only a launch that finds sleeping workers makes a system call to wake them.
+ * spin. Built with TLMRT_CPU_RUN_SPIN_NS, a wait inside a run spins on for up to that long: a kernel
+ * on fewer chunks than threads can keep the others waiting longer than the short budget, and a worker
+ * that slept costs the next launch a wake-up; an idle pool (between runs, or a second model's) keeps
+ * the short budget. Only a launch that finds sleeping workers makes a system call to wake them.
  *
  * Fork: a child process has none of its parent's threads. A pthread_atfork child handler bumps a
  * process-wide fork count; a pool started under an older count rebuilds its workers the next time a
@@ -58,6 +61,15 @@
 
 #ifndef TLMRT_CPU_SPIN_NS
 #define TLMRT_CPU_SPIN_NS 50000 /* 50 us: longer than the gap between two kernels of a run */
+#endif
+/* The spin budget while a run holds the pool; off (the short budget) unless built with it. 500 us for
+ * every wait took 4-6 % off MobileNetV2 and EfficientNet-B0 at 16 threads on the 16-core Xeon
+ * (BENCHMARKS.md 2026-12-06 19:45), but cost a second model loaded in the same process 1.2x: its idle
+ * workers spun on the cores the first ran on. Held to runs, a longer spin costs an idle pool nothing;
+ * but on a 2-vCPU VM a run that works alone for 300-600 us between two launches took 1.9-2.1x as long
+ * with 1 ms of it (BENCHMARKS.md 2026-12-07 06:10): a spinning worker can take the caller's CPU. */
+#ifndef TLMRT_CPU_RUN_SPIN_NS
+#define TLMRT_CPU_RUN_SPIN_NS 0
 #endif
 #define TLMRT_CPU_MAX_THREADS 1024
 #define SPIN_CLOCK_EVERY 64      /* pauses between two looks at the clock */
@@ -155,6 +167,7 @@ struct tlmrt_cpu_pool {
   int num_threads;     /* N, the caller included */
   int num_started;     /* workers running now; 0 runs every launch serially */
   uint64_t spin_ns;    /* spin budget before sleeping: TLMRT_CPU_SPIN_NS, or 0 when oversubscribed */
+  uint64_t run_spin_ns; /* the budget while a run holds the pool: TLMRT_CPU_RUN_SPIN_NS, at least spin_ns */
   uint32_t fork_count; /* tlmrt_fork_count() when the workers were started */
   cpu_worker* workers; /* N-1 */
   cpu_slot* slots;     /* N-1, 64-byte aligned */
@@ -183,7 +196,8 @@ struct tlmrt_cpu_pool {
   _Alignas(64) _Atomic uint32_t tasks_done;   /* dynamic: tasks of this launch finished */
   _Alignas(64) _Atomic uint64_t claimed;      /* dynamic: generation << 32 | tasks << 16 | tasks claimed */
   _Alignas(64) _Atomic uint32_t in_use;       /* 0, or the fork count + 1 of the thread that holds it */
-  tlmrt_step_counter* wait_prof;               /* profiling: launches and the caller's wait for workers */
+  tlmrt_step_counter* wait_prof;               /* profiling: [0] launches and the caller's wait for workers,
+                                                * [1] launches that woke sleeping workers */
   _Alignas(64) cpu_barrier barrier;
 };
 
@@ -193,6 +207,14 @@ static _Thread_local tlmrt_cpu_pool* tls_current_pool = NULL;
  * num_task 0 get, the pool's size (for a library without barriers), so they split their loops as a
  * run with the pool does and compute the same bits. 0 otherwise: such launches get one task. */
 static _Thread_local int tls_serial_tasks = 0;
+
+/* Whether a wait that began at `start` has spun long enough at `now`: past the short budget when no
+ * run holds the pool, past the run budget when one does. */
+static int spin_spent(tlmrt_cpu_pool* pool, uint64_t start, uint64_t now) {
+  uint64_t spent = now - start;
+  if (spent < pool->spin_ns) return 0;
+  return spent >= pool->run_spin_ns || atomic_load_explicit(&pool->in_use, memory_order_relaxed) == 0u;
+}
 
 static int run_tasks(tlmrt_parallel_lambda flambda, void* cdata, int first, int step, int n,
                      void* sync_handle) {
@@ -207,16 +229,16 @@ static int run_tasks(tlmrt_parallel_lambda flambda, void* cdata, int first, int 
 static uint32_t worker_wait_work(tlmrt_cpu_pool* pool, uint32_t seen) {
   uint32_t g;
   if (pool->spin_ns > 0) {
-    uint64_t deadline = 0;
+    uint64_t start = 0;
     for (unsigned i = 0;; ++i) {
       g = atomic_load_explicit(&pool->generation, memory_order_acquire);
       if (g != seen) return g;
       cpu_relax();
       if (i % SPIN_CLOCK_EVERY == 0) {
         uint64_t now = tlmrt_now_ns();
-        if (deadline == 0) {
-          deadline = now + pool->spin_ns;
-        } else if (now >= deadline) {
+        if (start == 0) {
+          start = now;
+        } else if (spin_spent(pool, start, now)) {
           break;
         }
       }
@@ -318,7 +340,10 @@ static void* worker_main(void* arg) {
 /* Publishes the job fields written just before; wakes sleeping workers (all of them to stop). */
 static uint32_t pool_publish(tlmrt_cpu_pool* pool, int always_wake) {
   uint32_t g = atomic_fetch_add(&pool->generation, 1u) + 1u;  /* seq_cst, release for the job */
-  if (always_wake || atomic_load(&pool->sleepers) > 0) futex_wake_all(&pool->generation);
+  if (always_wake || atomic_load(&pool->sleepers) > 0) {
+    futex_wake_all(&pool->generation);
+    if (pool->wait_prof != NULL) atomic_fetch_add_explicit(&pool->wait_prof[1].calls, 1u, memory_order_relaxed);
+  }
   return g;
 }
 
@@ -332,11 +357,11 @@ static void pool_wait_workers(tlmrt_cpu_pool* pool, uint32_t g) {
   int cursor = 0;
   if (all_done(pool, &cursor, g)) return;
   if (pool->spin_ns > 0) {
-    uint64_t deadline = tlmrt_now_ns() + pool->spin_ns;
+    uint64_t start = tlmrt_now_ns();
     for (unsigned i = 1;; ++i) {
       cpu_relax();
       if (all_done(pool, &cursor, g)) return;
-      if (i % SPIN_CLOCK_EVERY == 0 && tlmrt_now_ns() >= deadline) break;
+      if (i % SPIN_CLOCK_EVERY == 0 && spin_spent(pool, start, tlmrt_now_ns())) break;
     }
   }
   atomic_store(&pool->caller_sleeping, 1);
@@ -352,11 +377,11 @@ static void pool_wait_workers(tlmrt_cpu_pool* pool, uint32_t g) {
 static void pool_wait_tasks(tlmrt_cpu_pool* pool, uint32_t n) {
   if (atomic_load_explicit(&pool->tasks_done, memory_order_acquire) == n) return;
   if (pool->spin_ns > 0) {
-    uint64_t deadline = tlmrt_now_ns() + pool->spin_ns;
+    uint64_t start = tlmrt_now_ns();
     for (unsigned i = 1;; ++i) {
       cpu_relax();
       if (atomic_load_explicit(&pool->tasks_done, memory_order_acquire) == n) return;
-      if (i % SPIN_CLOCK_EVERY == 0 && tlmrt_now_ns() >= deadline) break;
+      if (i % SPIN_CLOCK_EVERY == 0 && spin_spent(pool, start, tlmrt_now_ns())) break;
     }
   }
   atomic_store(&pool->caller_sleeping, 1);
@@ -540,6 +565,8 @@ static tlmrt_status pool_create(int num_threads, uint64_t spin_ns, int dynamic, 
   memset(pool, 0, sizeof(*pool));
   pool->num_threads = num_threads;
   pool->spin_ns = spin_ns;
+  uint64_t run_spin_ns = TLMRT_CPU_RUN_SPIN_NS;
+  pool->run_spin_ns = spin_ns > 0 && run_spin_ns > spin_ns ? run_spin_ns : spin_ns;
   pool->dynamic = dynamic;
   pool->default_tasks = dynamic ? num_threads * tasks_per_thread() : num_threads;
   pool->barrier.spin_ns = spin_ns;
@@ -783,8 +810,8 @@ static void held_pool_set_launch_tasks(int n) {
   if (pool != NULL && pool->dynamic) pool->launch_tasks = n;
 }
 
-void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter) {
-  if (tls_current_pool != NULL) tls_current_pool->wait_prof = counter;
+void tlmrt_cpu_pool_profile(tlmrt_step_counter* counters) {
+  if (tls_current_pool != NULL) tls_current_pool->wait_prof = counters;
 }
 
 void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous) {
@@ -1254,7 +1281,7 @@ static tlmrt_status cpu_run(void* state, void* ctx, const tlmrt_io* inputs, cons
 
   tlmrt_status s = TLMRT_OK;
   tlmrt_cpu_pool* saved = tlmrt_cpu_pool_enter(m->pool);
-  if (prof != NULL) tlmrt_cpu_pool_profile(&prof[plan->num_steps + 1]);
+  if (prof != NULL) tlmrt_cpu_pool_profile(&prof[plan->num_steps + 1]);  /* and + 2 */
   for (int32_t i = 0; i < plan->num_steps; ++i) {
     const tlmrt_plan_step* st = &plan->steps[i];
     tlmrt_ffi_any result;

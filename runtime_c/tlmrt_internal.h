@@ -279,8 +279,9 @@ tlmrt_cpu_pool* tlmrt_cpu_pool_enter(tlmrt_cpu_pool* pool);
 void tlmrt_cpu_pool_leave(tlmrt_cpu_pool* previous);
 int tlmrt_cpu_pool_threads(const tlmrt_cpu_pool* pool);
 /* While the calling thread holds a pool (after enter), counts its launches and the time it waits
- * for the workers after its own tasks into *counter; leave stops it. */
-void tlmrt_cpu_pool_profile(tlmrt_step_counter* counter);
+ * for the workers after its own tasks into counters[0], and the launches that had to wake sleeping
+ * workers into counters[1].calls; leave stops it. */
+void tlmrt_cpu_pool_profile(tlmrt_step_counter* counters);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tlmrt_now_ns(void);

@@ -134,6 +134,32 @@ def test_profiling_switched_on_again_starts_from_zero(artifact: Path) -> None:
         assert all(s.calls == 0 for s in lib.profile(handle).steps)
 
 
+def test_profiler_counts_the_launches_that_had_to_wake_sleeping_workers(
+        artifact: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle for 20 ms before each run, far past any spin, the worker is asleep at each run's first launch;
+    the fake plan's second launch (FAKE_RELAUNCH_AFTER_US) may find it either way."""
+    import time
+
+    monkeypatch.setenv("FAKE_RELAUNCH_AFTER_US", "0")
+    runs = 20
+    with rt.load(artifact, num_threads=2) as m:
+        lib, handle = m._lib, m._handle
+        assert handle is not None
+        m.run(None, {"x": X, "k": K})
+        lib.set_profiling(handle, True)
+        for _ in range(runs):
+            time.sleep(0.02)
+            m.run(None, {"x": X, "k": K})
+        report = lib.profile(handle)
+        lib.set_profiling(handle, False)
+        time.sleep(0.02)
+        m.run(None, {"x": X, "k": K})
+        after = lib.profile(handle)
+    assert report.runs == runs and report.pool_launches == 2 * runs
+    assert runs <= report.pool_wakes <= 2 * runs, report.pool_wakes
+    assert after.pool_wakes == report.pool_wakes  # off: nothing is counted
+
+
 def test_built_model_gives_identical_bits_to_eight_threads_at_once(build_zoo_model, tmp_path: Path) -> None:
     _, tar = build_zoo_model("mlp")
     art = tmp_path / "art"

@@ -9,14 +9,17 @@
  *   inputs:  x float32 [2, 3], k int32 [1]
  *   weights: w float32 [2, 3] = weights.bin[0:24]
  *   outputs: y = x + w            (kernel "add_w", parallel over rows)
- *            z = y * k            (kernel "scale", uses a workspace buffer; fails when k == -1)
+ *            z = y * k            (kernel "scale", uses a workspace buffer; fails when k == -1;
+ *                                  FAKE_RELAUNCH_AFTER_US: see relaunch_after_a_pause)
  *
  * Build: gcc -std=c11 -O2 -shared -fPIC -I runtime_c -DFAKE_WEIGHTS_SHA256='"<hex>"' fake_plan.c
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tlmrt_plan.h"
 
@@ -128,6 +131,28 @@ EXPORT int32_t __tvm_ffi_add_w(void* self, const TVMFFIAny* args, int32_t n, TVM
   return __TVMBackendParallelLaunch(add_rows, &c, 0) == 0 ? 0 : fail("add_w: a parallel task failed");
 }
 
+/* With FAKE_RELAUNCH_AFTER_US=N set, scale works alone on the calling thread for N microseconds and then
+ * launches an empty parallel loop: the pool's workers sit idle for N us inside a run. */
+static int no_task(int task_id, tlmrt_parallel_env* penv, void* cdata) {
+  (void)task_id; (void)penv; (void)cdata;
+  return 0;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int32_t relaunch_after_a_pause(void) {
+  const char* env = getenv("FAKE_RELAUNCH_AFTER_US");
+  if (env == NULL) return 0;
+  double until = now_us() + atof(env);
+  while (now_us() < until) {
+  }
+  return __TVMBackendParallelLaunch(no_task, NULL, 0) == 0 ? 0 : fail("scale: the empty launch failed");
+}
+
 /* ---- scale: z = y * k, through a workspace buffer ---- */
 EXPORT int32_t __tvm_ffi_scale(void* self, const TVMFFIAny* args, int32_t n, TVMFFIAny* ret) {
   (void)self; (void)ret;
@@ -144,7 +169,8 @@ EXPORT int32_t __tvm_ffi_scale(void* self, const TVMFFIAny* args, int32_t n, TVM
   const float* yd = (const float*)((char*)y->data + y->byte_offset);
   for (int i = 0; i < 6; ++i) tmp[i] = yd[i] * (float)kv;
   memcpy((char*)z->data + z->byte_offset, tmp, 6 * sizeof(float));
-  return __TVMBackendFreeWorkspace(1, 0, tmp) == 0 ? 0 : fail("scale: workspace free failed");
+  if (__TVMBackendFreeWorkspace(1, 0, tmp) != 0) return fail("scale: workspace free failed");
+  return relaunch_after_a_pause();
 }
 
 /* ---- the plan ---- */

@@ -107,6 +107,7 @@ class Profile(ctypes.Structure):
         ("io_ns", ctypes.c_uint64),
         ("pool_launches", ctypes.c_uint64),
         ("pool_wait_ns", ctypes.c_uint64),
+        ("pool_wakes", ctypes.c_uint64),  # API version 8; a runtime before it leaves the zero here
     ]
 
 
@@ -146,6 +147,7 @@ class ProfileReport:
     io_ns: int  # the part of run_ns - kernel_ns that copies inputs in and outputs out (CPU)
     pool_launches: int  # parallel launches on the thread pool (CPU)
     pool_wait_ns: int  # the caller's wait for the pool's workers after its own tasks, inside kernel_ns (CPU)
+    pool_wakes: int  # launches that found workers asleep and woke them with a system call (CPU)
     steps: tuple[StepTime, ...]
 
 
@@ -299,7 +301,7 @@ class Library:
                                   (st.task or b"").decode(errors="replace"), st.calls, st.total_ns,
                                   st.last_start_ns, st.last_ns))
         return ProfileReport(total.runs, total.run_ns, total.kernel_ns, total.io_ns, total.pool_launches,
-                             total.pool_wait_ns, tuple(steps))
+                             total.pool_wait_ns, total.pool_wakes, tuple(steps))
 
     def last_error(self, handle: int) -> str:
         return (self.lib.tlmrt_model_last_error(handle) or b"").decode(errors="replace")

@@ -54,6 +54,7 @@ class Profile:
     kernel_calls_per_run: float
     pool_launches_per_run: float
     pool_wait_us: float  # per run: the caller's wait for the pool's workers, inside kernel_us (CPU)
+    pool_wakes_per_run: float  # launches a run that found the workers asleep and paid a system call to wake them
     kernels: tuple[KernelRow, ...]
     timeline: tuple[tuple[str, float, float], ...]  # the last profiled run: (kernel, start us, length us)
 
@@ -158,7 +159,8 @@ def profile_model(model: Model, feed: Mapping[str, Any], runs: int) -> Profile:
         runs=report.runs, run_us=report.run_ns / n / 1e3, kernel_us=report.kernel_ns / n / 1e3, outside_us=outside,
         outside_per_call_us=outside / per_run_calls if per_run_calls else 0.0, io_copy_us=report.io_ns / n / 1e3,
         kernel_calls_per_run=per_run_calls, pool_launches_per_run=report.pool_launches / n,
-        pool_wait_us=report.pool_wait_ns / n / 1e3, kernels=tuple(rows), timeline=timeline)
+        pool_wait_us=report.pool_wait_ns / n / 1e3, pool_wakes_per_run=report.pool_wakes / n, kernels=tuple(rows),
+        timeline=timeline)
 
 
 def bench(path: str | Path, device: str = "cpu", threads: int | None = None, runs: int = 50, warmup: int = 5,
@@ -195,7 +197,8 @@ def format_report(result: BenchResult, top: int | None = None) -> str:
                  f"({p.outside_per_call_us:.2f} us a call; input/output copies {p.io_copy_us:.1f} us)")
     if p.pool_launches_per_run:
         lines.append(f"thread pool: {p.pool_launches_per_run:g} parallel launches a run, the caller waited "
-                     f"{p.pool_wait_us:.1f} us a run for workers (inside the kernels' time)")
+                     f"{p.pool_wait_us:.1f} us a run for workers (inside the kernels' time); "
+                     f"{p.pool_wakes_per_run:g} launches a run found them asleep")
     header = ("kernel", "calls", "total ms", "mean us", "share", "GFLOP/s", "chosen_by", "sketch", "flop/B")
     rows = [header]
     for r in p.kernels[:top] if top else p.kernels:
