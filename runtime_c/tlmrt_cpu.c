@@ -67,7 +67,7 @@
  * (BENCHMARKS.md 2026-12-06 19:45), but cost a second model loaded in the same process 1.2x: its idle
  * workers spun on the cores the first ran on. Held to runs, a longer spin costs an idle pool nothing;
  * but on a 2-vCPU VM a run that works alone for 300-600 us between two launches took 1.9-2.1x as long
- * with 1 ms of it (BENCHMARKS.md 2026-12-07 06:10): a spinning worker can take the caller's CPU. */
+ * with 1 ms of it (BENCHMARKS.md 2026-12-07 06:45): a spinning worker can take the caller's CPU. */
 #ifndef TLMRT_CPU_RUN_SPIN_NS
 #define TLMRT_CPU_RUN_SPIN_NS 0
 #endif
