@@ -29,7 +29,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "fixtures_runtime"))
 
 CHILD = """
-import json, os, sys, time
+import json, sys, time
 import numpy as np
 import tlmpack.runtime as rt
 art, threads, runs, gap_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
