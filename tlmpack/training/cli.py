@@ -195,16 +195,19 @@ def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_n
 @click.option("--smoke", is_flag=True, help="A tiny run (a few steps on a few tasks): checks the pipeline.")
 @click.option("--guided", is_flag=True, help="Each sentence after the rules' schedule of its task (`tlm hints`): "
               "the model learns what to change in the rules' choice.")
+@click.option("--teacher-weight", default=0.0, show_default=True,
+              help="Also fit the rules' points of unmeasured tasks (`tlm teacher`), each weighing this; 0: none.")
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
 def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, finetune_steps: int, batch: int,
-          best_k: int, device: str, init_path: str | None, smoke: bool, guided: bool, data_dir: str | None) -> None:
+          best_k: int, device: str, init_path: str | None, smoke: bool, guided: bool, teacher_weight: float,
+          data_dir: str | None) -> None:
     """Train the TLM of TARGET from the store: grammar, then taste. Held-out tasks (data/heldout.json) stay out."""
     from pathlib import Path
 
     from ..tlm.model import ModelShape, weights_path
     from .dataset import build_training_set
     from .sites import load_sites
-    from .train import GUIDED_SHAPE, TrainConfig, required_hints
+    from .train import GUIDED_SHAPE, TrainConfig, required_hints, required_teacher
     from .train import train as run
 
     store = _store(data_dir)
@@ -220,10 +223,12 @@ def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, fin
     say(f"reading the {target} training set ...")
     try:
         hints = required_hints(store, target) if guided else None
+        teacher = required_teacher(store, target) if teacher_weight > 0 else None
+        data = build_training_set(store, target, sites, seed=seed, best_k=best_k, tasks=tasks,
+                                  random_per_sketch=2 if smoke else 8, hints=hints, teacher=teacher,
+                                  teacher_weight=teacher_weight)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    data = build_training_set(store, target, sites, seed=seed, best_k=best_k, tasks=tasks,
-                              random_per_sketch=2 if smoke else 8, hints=hints)
     positions = GUIDED_SHAPE.n_positions if guided else ModelShape.n_positions
     shape = ModelShape(n_layer=1, n_head=2, n_embd=32, n_positions=positions) if smoke else ModelShape(
         n_positions=positions)
@@ -253,6 +258,27 @@ def hints(target: str, data_dir: str | None) -> None:
     from .hints import compute_hints
 
     click.echo(str(compute_hints(_store(data_dir), target, say=lambda m: click.echo(m, err=True))))
+
+
+@tlm.command()
+@click.option("--target", default="x86", show_default=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--corpus-prefix", default="onnx-synthblock-", show_default=True,
+              help="The unmeasured tasks of the corpora named so (`python -m tlmpack.training.synthetic_blocks`).")
+@click.option("--hardware-top", default=6, show_default=True,
+              help="On the hardware most of the store's records were taken on, this many.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def teacher(target: str, corpus_prefix: str, hardware_top: int, data_dir: str | None) -> None:
+    """Compute the rules' points of tasks no program was measured of, for `tlm train --teacher-weight`:
+    data/hints/TARGET-teacher.json.gz. No timing: the rules teach the shapes the measured corpus lacks."""
+    from .hints import common_hardware, compute_teacher, teacher_tasks
+
+    store = _store(data_dir)
+    keys = teacher_tasks(store, corpus_prefix)
+    if not keys:
+        raise click.ClickException(f"no unmeasured task in the corpora named {corpus_prefix}* under {store.root}")
+    hardware = common_hardware(store, target, hardware_top)
+    click.echo(f"{len(keys)} tasks on {len(hardware)} hardware descriptions", err=True)
+    click.echo(str(compute_teacher(store, target, keys, hardware, say=lambda m: click.echo(m, err=True))))
 
 
 def _keys(store, target: str, tasks: str) -> list[str]:

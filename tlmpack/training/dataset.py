@@ -179,7 +179,8 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
                        random_per_sketch: int = 8, best_k: int = 8, beta: float = 6.0,
                        tasks: set[str] | None = None, heldout: bool = False, llvm_cpu: str | None = None,
                        hints: dict[tuple[str, str], Hint] | None = None, rank_k: int = 0,
-                       rank_timing: str | None = None) -> TrainingSet:
+                       rank_timing: str | None = None, teacher: dict[tuple[str, str], Hint] | None = None,
+                       teacher_weight: float = 1.0) -> TrainingSet:
     """grammar: every valid measured program plus ``random_per_sketch`` random legal sentences per
     sketch and hardware; taste: per group the ``best_k`` fastest programs, weighted
     exp(-beta * ln(latency / best)) and normalised so each group weighs the same. ``tasks``:
@@ -188,7 +189,11 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     to another machine); ``hints`` (training.hints.load_hints): guided sentences, each after the
     rules' schedule of its task on its hardware (NO_HINT where none was computed); ``rank_k`` > 0:
     also each group's ranking list (rank_programs), slow programs included; ``rank_timing``: only
-    from groups timed that way (e.g. "interleaved": older bursts rank programs by the timer's drift)."""
+    from groups timed that way (e.g. "interleaved": older bursts rank programs by the timer's drift);
+    ``teacher`` (training.hints.load_teacher): the rules' point of tasks no record measured, one taste
+    sentence per task and hardware at ``teacher_weight`` (a measured program weighs 1 on average)."""
+    if teacher and hints is not None:
+        raise ValueError("teacher sentences are unguided: build a guided set without them")
     skip = heldout_keys(store, target)
     if heldout:
         tasks, skip = heldout_keys(store, target, evaluation=True), set()
@@ -240,6 +245,11 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
             if len(group) >= 2:
                 total = sum(q for _, q in group)
                 ranking.append(tuple((ex, q / total) for ex, q in group))
+    for example, key, hw_json, hardware in _teacher_examples(teacher or {}, target, sites, skip | set(infos), tasks,
+                                                             store, infos, teacher_weight):
+        taste.append(example)
+        hardwares.setdefault(hw_json, hardware)
+        used.add(key)
     rng = random.Random(f"grammar:{target}:{seed}")
     for key in sorted(used):
         for hw_json, hardware in hardwares.items():
@@ -259,6 +269,21 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
         digest.update(json.dumps([[ex.ids, round(q, 6)] for ex, q in group]).encode())
     widths = tuple(sorted({h.vector_bits for h in hardwares.values() if isinstance(h, X86Hardware)}))
     return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None, widths, ranking)
+
+
+def _teacher_examples(teacher: dict[tuple[str, str], Hint], target: str, sites: dict[str, list[list[SamplingSite]]],
+                      skip: set[str], tasks: set[str] | None, store: Store, infos: dict[str, TaskInfo],
+                      weight: float):
+    """(example, task, hardware key, hardware) of each teacher point whose task is neither skipped
+    (held out, or measured: its records teach it) nor outside ``tasks``, and has sites."""
+    for (key, hw_json), hint in sorted(teacher.items()):
+        if key in skip or key not in sites or hint.sketch < 0 or (tasks is not None and key not in tasks):
+            continue
+        hardware = hardware_of({"target": target, "hardware": json.loads(hw_json)})
+        info = infos.get(key) or infos.setdefault(key, task_info(store.task(key)))
+        ex = make_example(hardware, info, hint.sketch, hint.decisions, sites[key], weight=weight)
+        if ex is not None:
+            yield ex, key, hw_json, hardware
 
 
 RANK_TIE = 0.02  # programs within 2 % of each other are one program's noise on these hosts

@@ -2,6 +2,11 @@
 data/hints/ so that a guided TLM (tlm.language.Hint) trains on the sentence a build will show it
 without TVM (the GPU machine has none).
 
+The teacher file (data/hints/<target>-teacher.json.gz) holds the same kind of points for tasks no
+program was measured of (the synthetic blocks' corpus), on the store's most common hardware: the
+rules as a teacher, whose choices the TLM fits where no measurement says better (dataset's
+``teacher``). It costs no timing, so it can cover many more shapes than the measured corpus.
+
 A build computes the same hint from the same rules (schedule.select.rules_hint), so a rule change
 shifts what a guided model reads; `tlmpack tlm hints` recomputes the file and the file records the
 tlmpack version that wrote it.
@@ -32,7 +37,10 @@ def hints_path(store: Store, target: str) -> Path:
 
 def load_hints(store: Store, target: str) -> dict[tuple[str, str], Hint]:
     """(task key, hardware_key) -> the rules' hint ({} when none were computed)."""
-    path = hints_path(store, target)
+    return _read(hints_path(store, target))
+
+
+def _read(path: Path) -> dict[tuple[str, str], Hint]:
     if not path.is_file():
         return {}
     with gzip.open(path, "rt") as f:
@@ -71,25 +79,79 @@ def rules_hint_for(func, target: str, hardware: dict) -> Hint:
 def compute_hints(store: Store, target: str, say: Callable[[str], None] = print) -> Path:
     """Writes data/hints/<target>.json.gz: the rules' point of every task on every hardware its
     records were taken on (x86: the records' core counts), NO_HINT where no rule fits."""
-    import tlmpack
+    tasks = _hardwares(store, target)
+    return _write(hints_path(store, target), target, _rules_points(store, target, tasks, _cpus(store, target), say))
 
+
+def teacher_path(store: Store, target: str) -> Path:
+    return store.root / "hints" / f"{target}-teacher.json.gz"
+
+
+def common_hardware(store: Store, target: str, top: int) -> list[str]:
+    """The ``top`` hardware keys the store's valid records were taken on most (adapt batches excluded)."""
+    from collections import Counter
+
+    counts = Counter(hardware_key(r["hardware"]) for r in store.records(target)
+                     if r.get("valid") and not r.get("role"))
+    return [hw for hw, _ in counts.most_common(top)]
+
+
+def _cpus(store: Store, target: str) -> dict[str, str]:
+    """hardware key -> the LLVM CPU most of its records were taken on: the key leaves the CPU out
+    (hints match on what the model reads), but the rules' target must be that machine's (an AVX2
+    host computing an AVX-512 key's point gave it AVX2 tiles)."""
+    from collections import Counter
+
+    counts: dict[str, Counter] = {}
+    for r in store.records(target):
+        if r.get("valid") and not r.get("role") and r["hardware"].get("llvm_cpu"):
+            counts.setdefault(hardware_key(r["hardware"]), Counter())[r["hardware"]["llvm_cpu"]] += 1
+    return {hw: c.most_common(1)[0][0] for hw, c in counts.items()}
+
+
+def teacher_tasks(store: Store, corpus_prefix: str) -> list[str]:
+    """The tasks of the corpora named ``corpus_prefix``* that no record of any target measured."""
+    measured = {r["task"] for target in ("x86", "cuda") for r in store.records(target)}
+    keys = {t["key"] for e in store.corpora() if e["model"].startswith(corpus_prefix) for t in e["tasks"]}
+    return sorted(keys - measured)
+
+
+def compute_teacher(store: Store, target: str, keys: list[str], hardware: list[str],
+                    say: Callable[[str], None] = print) -> Path:
+    """Writes the teacher file: the rules' point of each of ``keys`` on each of ``hardware``."""
+    return _write(teacher_path(store, target), target,
+                  _rules_points(store, target, {k: set(hardware) for k in keys}, _cpus(store, target), say))
+
+
+def load_teacher(store: Store, target: str) -> dict[tuple[str, str], Hint]:
+    """(task key, hardware_key) -> the rules' point ({} when no teacher file was written)."""
+    return _read(teacher_path(store, target))
+
+
+def _rules_points(store: Store, target: str, tasks: dict[str, set[str]], cpus: dict[str, str],
+                  say: Callable[[str], None]) -> list[dict]:
+    """The rules' point of each task on each of its hardware keys (on that key's LLVM CPU, ``cpus``)."""
     from .corpus import load_func
 
-    tasks = _hardwares(store, target)
     out = []
     for i, key in enumerate(sorted(tasks), 1):
         func = load_func(store.task(key))
         for hw in sorted(tasks[key]):
             try:
-                hint = rules_hint_for(func, target, json.loads(hw))
+                hint = rules_hint_for(func, target, json.loads(hw) | ({"llvm_cpu": cpus[hw]} if hw in cpus else {}))
             except Exception as e:  # a task the rules cannot schedule: the model reads no hint
                 say(f"{key}: no hint ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
                 hint = NO_HINT
             out.append({"task": key, "hardware": hw, "sketch": hint.sketch,
                         "decisions": [d.to_json() for d in hint.decisions]})
         if i % 25 == 0 or i == len(tasks):
-            say(f"[{i}/{len(tasks)}] hints computed")
-    path = hints_path(store, target)
+            say(f"[{i}/{len(tasks)}] rules' points computed")
+    return out
+
+
+def _write(path: Path, target: str, out: list[dict]) -> Path:
+    import tlmpack
+
     path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"v": HINTS_VERSION, "target": target, "tlmpack": tlmpack.__version__, "hints": out},
                       sort_keys=True, separators=(",", ":")).encode()

@@ -300,6 +300,17 @@ def required_hints(store, target: str) -> dict:
     return hints
 
 
+def required_teacher(store, target: str) -> dict:
+    """The store's teacher points of ``target``; ValueError when none were written."""
+    from .hints import load_teacher, teacher_path
+
+    teacher = load_teacher(store, target)
+    if not teacher:
+        raise ValueError(f"no teacher points at {teacher_path(store, target)}: run `tlmpack tlm teacher --target "
+                         f"{target}` first")
+    return teacher
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m tlmpack.training.train --data SET --target T --out FILE``: a training run from a
     saved training set (dataset.save_training_set), for machines without the store or click."""
@@ -331,6 +342,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=ModelShape.n_layer)
     p.add_argument("--embd", type=int, default=ModelShape.n_embd)
     p.add_argument("--guided", action="store_true", help="--store: sentences after the rules' hints (data/hints/).")
+    p.add_argument("--teacher-weight", type=float, default=0.0,
+                   help="--store: also the teacher file's rules' points of unmeasured tasks, each weighing this "
+                        "(0: none; `tlmpack tlm teacher` writes the file).")
     a = p.parse_args(argv)
     cfg = TrainConfig(pretrain_steps=a.pretrain_steps, finetune_steps=a.finetune_steps, batch=a.batch, seed=a.seed,
                       device=a.device, rank_steps=a.rank_steps, rank_groups=a.rank_groups)
@@ -343,7 +357,9 @@ def main(argv: list[str] | None = None) -> None:
         data = build_training_set(store, a.target, load_sites(store, a.target), seed=a.seed, best_k=a.best_k,
                                   llvm_cpu=a.llvm_cpu, hints=required_hints(store, a.target) if a.guided else None,
                                   rank_k=a.rank_k if a.rank_steps > 0 else 0,
-                                  rank_timing=None if a.rank_timing == "any" or a.target == "cuda" else a.rank_timing)
+                                  rank_timing=None if a.rank_timing == "any" or a.target == "cuda" else a.rank_timing,
+                                  teacher=required_teacher(store, a.target) if a.teacher_weight > 0 else None,
+                                  teacher_weight=a.teacher_weight)
     elif a.data:
         data = load_training_set(Path(a.data))
     else:

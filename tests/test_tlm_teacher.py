@@ -1,0 +1,92 @@
+"""The rules as a teacher: `tlmpack tlm teacher` writes the rules' points of the unmeasured
+synthetic tasks on the store's common hardware, and a training set takes them as taste sentences
+for those tasks only (never a held-out or measured task's, never in a guided set)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tlmpack.training.store import Store, default_root
+
+PREFIX = "onnx-synthblock-s0-"
+
+
+@pytest.fixture(scope="module")
+def store():
+    return Store(default_root())
+
+
+def test_the_committed_store_holds_unmeasured_synthetic_tasks_and_their_teacher_points(store):
+    from tlmpack.training.hints import load_teacher, teacher_tasks
+
+    keys = teacher_tasks(store, "onnx-synthblock-")
+    assert len(keys) >= 500
+    measured = {r["task"] for r in store.records("x86")}
+    assert not set(keys) & measured
+    taught = {k for k, _ in load_teacher(store, "x86")}
+    assert set(keys) <= taught
+
+
+def test_tlm_teacher_writes_the_rules_points_on_the_common_hardware_same_bytes_twice(tmp_path, store):
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+    from tlmpack.training.corpus import load_func
+    from tlmpack.training.hints import _cpus, common_hardware, load_teacher, rules_hint_for, teacher_tasks
+
+    data = tmp_path / "data"
+    shutil.copytree(default_root(), data, ignore=shutil.ignore_patterns("hints"))
+    args = ["tlm", "teacher", "--target", "x86", "--corpus-prefix", PREFIX, "--hardware-top", "2",
+            "--data-dir", str(data)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    first = (data / "hints" / "x86-teacher.json.gz").read_bytes()
+    keys = teacher_tasks(store, PREFIX)
+    hardware = common_hardware(store, "x86", 2)
+    teacher = load_teacher(Store(data), "x86")
+    assert sorted(teacher) == sorted((k, hw) for k in keys for hw in hardware)
+    cpus = _cpus(store, "x86")
+    key, hw = sorted(teacher)[0]
+    assert teacher[(key, hw)] == rules_hint_for(load_func(store.task(key)), "x86", json.loads(hw) | {"llvm_cpu": cpus[hw]})
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert (data / "hints" / "x86-teacher.json.gz").read_bytes() == first
+
+
+def test_teacher_points_are_taste_sentences_of_unmeasured_tasks_only(store):
+    from tlmpack.training.dataset import build_training_set, heldout_keys
+    from tlmpack.training.hints import load_teacher, teacher_tasks
+    from tlmpack.training.sites import load_sites
+
+    sites = load_sites(store, "x86")
+    teacher = load_teacher(store, "x86")
+    unmeasured = teacher_tasks(store, PREFIX)[:3]
+    held = sorted(heldout_keys(store, "x86", evaluation=True))[0]
+    measured = next(iter(build_training_set(store, "x86", sites, tasks=set(sorted(sites)[:5]), random_per_sketch=0).tasks))
+    hw = next(hw for k, hw in teacher if k == unmeasured[0])
+    rules = teacher[(unmeasured[0], hw)]
+    # a measured and a held-out task given teacher points too: the teacher must leave them alone
+    teacher = teacher | {(measured, hw): rules, (held, hw): rules}
+    chosen = {*unmeasured, held, measured}
+    plain = build_training_set(store, "x86", sites, tasks=chosen, random_per_sketch=0)
+    taught = build_training_set(store, "x86", sites, tasks=chosen, random_per_sketch=0, teacher=teacher,
+                                teacher_weight=0.25)
+    assert held not in taught.tasks and measured in taught.tasks and set(unmeasured) <= taught.tasks
+    extra = taught.taste[len(plain.taste):]
+    assert taught.taste[: len(plain.taste)] == plain.taste
+    assert len(extra) == sum(1 for k, _ in teacher if k in unmeasured) and all(e.weight == 0.25 for e in extra)
+    for ex in extra:
+        assert all(ex.ids[pos] in legal for pos, legal in ex.scored)
+    assert taught.sha256 != plain.sha256
+
+
+def test_a_guided_set_takes_no_teacher(store):
+    from tlmpack.tlm.language import NO_HINT
+    from tlmpack.training.dataset import build_training_set
+    from tlmpack.training.sites import load_sites
+
+    with pytest.raises(ValueError, match="unguided"):
+        build_training_set(store, "x86", load_sites(store, "x86"), tasks=set(), hints={},
+                           teacher={("k", "h"): NO_HINT})
