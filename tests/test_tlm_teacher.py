@@ -90,3 +90,19 @@ def test_a_guided_set_takes_no_teacher(store):
     with pytest.raises(ValueError, match="unguided"):
         build_training_set(store, "x86", load_sites(store, "x86"), tasks=set(), hints={},
                            teacher={("k", "h"): NO_HINT})
+
+
+def test_tlm_train_with_a_teacher_weight_trains_and_without_the_file_says_how_to_make_it(tmp_path):
+    from click.testing import CliRunner
+
+    from tlmpack.cli import main
+
+    out = tmp_path / "smoke.safetensors"
+    args = ["tlm", "train", "--target", "x86", "--smoke", "--device", "cpu", "--teacher-weight", "0.5"]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["sha256"]
+    data = tmp_path / "data"
+    shutil.copytree(default_root(), data, ignore=shutil.ignore_patterns("hints", "records"))
+    result = CliRunner().invoke(main, [*args, "--out", str(out), "--data-dir", str(data)])
+    assert result.exit_code != 0 and "tlmpack tlm teacher --target x86" in result.output
