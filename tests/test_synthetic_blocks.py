@@ -4,9 +4,7 @@ residual adds, squeeze-excite gates, global pools, classifiers)."""
 
 from collections import Counter
 
-import numpy as np
-import onnx
-
+from tests.test_synthetic_convs import assert_runs_in_onnxruntime_with_its_declared_output
 from tlmpack.training.synthetic_blocks import make_block_model
 from tlmpack.training.synthetic_convs import make_model
 
@@ -18,17 +16,8 @@ def test_same_seed_same_bytes_other_seed_other_model_and_not_the_plain_stacks():
 
 
 def test_runs_in_onnxruntime_with_the_declared_output_shape():
-    import onnxruntime as ort
-
     for seed in (0, 4):  # one ends in a classifier, one in a feature map
-        model = make_block_model(seed)
-        onnx.checker.check_model(model, full_check=True)
-        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-        out_shape = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        (y,) = sess.run(None, {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)})
-        assert list(y.shape) == out_shape
-        assert np.isfinite(y).all() and np.abs(y).max() > 0
+        assert_runs_in_onnxruntime_with_its_declared_output(make_block_model(seed))
 
 
 def test_a_few_seeds_hold_every_tail_the_held_out_cnn_tasks_have():

@@ -13,12 +13,9 @@ tasks are mostly SiLU-gated and residual convolutions.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
 
-from .synthetic_convs import RESOLUTIONS, WIDTHS
+from .synthetic_convs import RESOLUTIONS, WIDTHS, checked_model, write_models
 
 ACTIVATIONS = ("relu", "relu6", "silu", "none")
 BLOCKS = ("pointwise", "depthwise", "dense", "inverted", "bottleneck", "squeeze")
@@ -75,9 +72,6 @@ def _width(rng: np.random.Generator, size: int, low: int = 8) -> int:
 def make_block_model(seed: int, blocks: int = 8):
     """The ONNX model of ``seed``: input [1, C, H, W], ``blocks`` blocks in a chain, and with even odds
     a classifier head (global pool, flatten, GEMM)."""
-    import onnx
-    from onnx import TensorProto, helper
-
     rng = np.random.default_rng([7, seed])  # a stream of its own: synthetic_convs draws from default_rng(seed)
     g = _Graph(rng)
     size = int(rng.choice(RESOLUTIONS[:3]))
@@ -124,30 +118,11 @@ def make_block_model(seed: int, blocks: int = 8):
         out_shape = [1, classes]
     else:
         out_shape = [1, channels, size, size]
-    graph = helper.make_graph(
-        g.nodes, f"synthblock_s{seed}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, first[0], first[1], first[1]])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, out_shape)], g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(g.nodes, g.inits, f"synthblock_s{seed}", [1, first[0], first[1], first[1]], x, out_shape)
 
 
 def main(argv: list[str] | None = None) -> None:
-    import onnx
-
-    ap = argparse.ArgumentParser(prog="python -m tlmpack.training.synthetic_blocks")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--blocks", type=int, default=8)
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for seed in args.seeds:
-        path = out / f"synthblock-s{seed}.onnx"
-        onnx.save(make_block_model(seed, args.blocks), path)
-        print(path)
+    write_models(argv, "synthetic_blocks", "synthblock", make_block_model, "--blocks", 8)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,7 @@ KINDS = ("pointwise", "pointwise", "depthwise", "dense")
 def make_model(seed: int, layers: int = 14):
     """The ONNX model of ``seed``: one input [1, C, H, W], the plan's layers in a chain, each a
     Conv with bias and its activation (ReLU, or Clip 0..6 after a depthwise layer)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     size = int(rng.choice(RESOLUTIONS[:3]))
@@ -61,30 +60,44 @@ def make_model(seed: int, layers: int = 14):
         else:
             nodes.append(helper.make_node("Relu", [f"c{i}"], [f"a{i}"], name=f"relu{i}"))
         x, channels, size = f"a{i}", out, (size + 2 * pad - kernel) // stride + 1
-    graph = helper.make_graph(
-        nodes, f"synthconv_s{seed}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, first[0], first[1], first[1]])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, channels, size, size])], inits)
+    return checked_model(nodes, inits, f"synthconv_s{seed}", [1, first[0], first[1], first[1]], x,
+                         [1, channels, size, size])
+
+
+def checked_model(nodes: list, inits: list, name: str, input_shape: list[int], output: str, output_shape: list[int]):
+    """The model of one graph with input ``x`` and one output, at opset 17 and IR version 8 (what
+    onnxruntime of any recent year reads), checked by onnx."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, output_shape)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
 
 
-def main(argv: list[str] | None = None) -> None:
+def write_models(argv: list[str] | None, module: str, stem: str, make, size_flag: str, size_default: int) -> None:
+    """The command line of a synthetic-model module: ``--out DIR --seeds ... [size_flag N]`` writes
+    ``DIR/<stem>-s<seed>.onnx`` = ``make(seed, N)`` for each seed."""
     import onnx
 
-    ap = argparse.ArgumentParser(prog="python -m tlmpack.training.synthetic_convs")
+    ap = argparse.ArgumentParser(prog=f"python -m tlmpack.training.{module}")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--layers", type=int, default=14)
+    ap.add_argument(size_flag, type=int, default=size_default, dest="size")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
-        path = out / f"synthconv-s{seed}.onnx"
-        onnx.save(make_model(seed, args.layers), path)
+        path = out / f"{stem}-s{seed}.onnx"
+        onnx.save(make(seed, args.size), path)
         print(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    write_models(argv, "synthetic_convs", "synthconv", make_model, "--layers", 14)
 
 
 if __name__ == "__main__":
