@@ -205,7 +205,7 @@ def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, fin
     from pathlib import Path
 
     from ..tlm.model import ModelShape, weights_path
-    from .dataset import build_training_set
+    from .dataset import build_training_set, measured_tasks
     from .sites import load_sites
     from .train import GUIDED_SHAPE, TrainConfig, required_hints, required_teacher
     from .train import train as run
@@ -219,7 +219,7 @@ def train(target: str, out_path: str | None, seed: int, pretrain_steps: int, fin
     if not sites:
         raise click.ClickException(f"no sites for {target} under {store.root}/sites: run `tlmpack tlm sites` first")
     say = lambda m: click.echo(m, err=True)  # noqa: E731
-    tasks = set(sorted(sites)[:12]) if smoke else None
+    tasks = set(sorted(set(sites) & measured_tasks(store, target))[:12]) if smoke else None
     say(f"reading the {target} training set ...")
     try:
         hints = required_hints(store, target) if guided else None
