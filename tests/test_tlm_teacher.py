@@ -35,7 +35,14 @@ def test_tlm_teacher_writes_the_rules_points_on_the_common_hardware_same_bytes_t
 
     from tlmpack.cli import main
     from tlmpack.training.corpus import load_func
-    from tlmpack.training.hints import _cpus, common_hardware, load_teacher, rules_hint_for, teacher_tasks
+    from tlmpack.training.hints import (
+        _cpus,
+        _machines,
+        common_hardware,
+        load_teacher,
+        rules_hint_for,
+        teacher_tasks,
+    )
 
     data = tmp_path / "data"
     shutil.copytree(default_root(), data, ignore=shutil.ignore_patterns("hints"))
@@ -45,10 +52,11 @@ def test_tlm_teacher_writes_the_rules_points_on_the_common_hardware_same_bytes_t
     assert result.exit_code == 0, result.output
     first = (data / "hints" / "x86-teacher.json.gz").read_bytes()
     keys = teacher_tasks(store, PREFIX)
-    hardware = common_hardware(store, "x86", 2)
+    machines = _machines(store, "x86")
+    hardware = common_hardware(machines, 2)
     teacher = load_teacher(Store(data), "x86")
     assert sorted(teacher) == sorted((k, hw) for k in keys for hw in hardware)
-    cpus = _cpus(store, "x86")
+    cpus = _cpus(machines)
     key, hw = sorted(teacher)[0]
     assert teacher[(key, hw)] == rules_hint_for(load_func(store.task(key)), "x86", json.loads(hw) | {"llvm_cpu": cpus[hw]})
     assert CliRunner().invoke(main, args).exit_code == 0

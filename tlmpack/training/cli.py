@@ -270,15 +270,13 @@ def hints(target: str, data_dir: str | None) -> None:
 def teacher(target: str, corpus_prefix: str, hardware_top: int, data_dir: str | None) -> None:
     """Compute the rules' points of tasks no program was measured of, for `tlm train --teacher-weight`:
     data/hints/TARGET-teacher.json.gz. No timing: the rules teach the shapes the measured corpus lacks."""
-    from .hints import common_hardware, compute_teacher, teacher_tasks
+    from .hints import compute_teacher, teacher_tasks
 
     store = _store(data_dir)
     keys = teacher_tasks(store, corpus_prefix)
     if not keys:
         raise click.ClickException(f"no unmeasured task in the corpora named {corpus_prefix}* under {store.root}")
-    hardware = common_hardware(store, target, hardware_top)
-    click.echo(f"{len(keys)} tasks on {len(hardware)} hardware descriptions", err=True)
-    click.echo(str(compute_teacher(store, target, keys, hardware, say=lambda m: click.echo(m, err=True))))
+    click.echo(str(compute_teacher(store, target, keys, hardware_top, say=lambda m: click.echo(m, err=True))))
 
 
 def _keys(store, target: str, tasks: str) -> list[str]:

@@ -120,10 +120,10 @@ def heldout_keys(store: Store, target: str, evaluation: bool = False) -> set[str
     return set(held.get(target, [])) | (set() if evaluation else set(held.get("held_out_model_tasks", [])))
 
 
-def measured_tasks(store: Store, target: str) -> set[str]:
-    """Tasks with at least one valid record of ``target``: the store also holds tasks only the teacher
-    labels (training.hints.teacher_tasks)."""
-    return {r["task"] for r in store.records(target) if r.get("valid")}
+def measured_tasks(store: Store, target: str, valid: bool = True) -> set[str]:
+    """Tasks with at least one valid record of ``target`` (any record with ``valid`` False): the store
+    also holds tasks only the teacher labels (training.hints.teacher_tasks)."""
+    return {r["task"] for r in store.records(target) if r.get("valid") or not valid}
 
 
 def held_out_model_tasks(store: Store) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,47 +81,54 @@ def compute_hints(store: Store, target: str, say: Callable[[str], None] = print)
     """Writes data/hints/<target>.json.gz: the rules' point of every task on every hardware its
     records were taken on (x86: the records' core counts), NO_HINT where no rule fits."""
     tasks = _hardwares(store, target)
-    return _write(hints_path(store, target), target, _rules_points(store, target, tasks, _cpus(store, target), say))
+    return _write(hints_path(store, target), target, _rules_points(store, target, tasks, _cpus(_machines(store, target)), say))
 
 
 def teacher_path(store: Store, target: str) -> Path:
     return store.root / "hints" / f"{target}-teacher.json.gz"
 
 
-def common_hardware(store: Store, target: str, top: int) -> list[str]:
-    """The ``top`` hardware keys the store's valid records were taken on most (adapt batches excluded)."""
-    from collections import Counter
+def _machines(store: Store, target: str) -> dict[str, Counter]:
+    """hardware key -> how many of the store's valid records (adapt batches excluded) were taken on each
+    LLVM CPU (None: a record that names none), in one read of the records."""
+    counts: dict[str, Counter] = {}
+    for r in store.records(target):
+        if r.get("valid") and not r.get("role"):
+            counts.setdefault(hardware_key(r["hardware"]), Counter())[r["hardware"].get("llvm_cpu")] += 1
+    return counts
 
-    counts = Counter(hardware_key(r["hardware"]) for r in store.records(target)
-                     if r.get("valid") and not r.get("role"))
-    return [hw for hw, _ in counts.most_common(top)]
 
-
-def _cpus(store: Store, target: str) -> dict[str, str]:
+def _cpus(machines: dict[str, Counter]) -> dict[str, str]:
     """hardware key -> the LLVM CPU most of its records were taken on: the key leaves the CPU out
     (hints match on what the model reads), but the rules' target must be that machine's (an AVX2
     host computing an AVX-512 key's point gave it AVX2 tiles)."""
-    from collections import Counter
+    named = {hw: Counter({cpu: n for cpu, n in c.items() if cpu}) for hw, c in machines.items()}
+    return {hw: c.most_common(1)[0][0] for hw, c in named.items() if c}
 
-    counts: dict[str, Counter] = {}
-    for r in store.records(target):
-        if r.get("valid") and not r.get("role") and r["hardware"].get("llvm_cpu"):
-            counts.setdefault(hardware_key(r["hardware"]), Counter())[r["hardware"]["llvm_cpu"]] += 1
-    return {hw: c.most_common(1)[0][0] for hw, c in counts.items()}
+
+def common_hardware(machines: dict[str, Counter], top: int) -> list[str]:
+    """The ``top`` hardware keys most records were taken on."""
+    return [hw for hw, _ in Counter({hw: c.total() for hw, c in machines.items()}).most_common(top)]
 
 
 def teacher_tasks(store: Store, corpus_prefix: str) -> list[str]:
     """The tasks of the corpora named ``corpus_prefix``* that no record of any target measured."""
-    measured = {r["task"] for target in ("x86", "cuda") for r in store.records(target)}
+    from .dataset import measured_tasks
+
+    measured = measured_tasks(store, "x86", valid=False) | measured_tasks(store, "cuda", valid=False)
     keys = {t["key"] for e in store.corpora() if e["model"].startswith(corpus_prefix) for t in e["tasks"]}
     return sorted(keys - measured)
 
 
-def compute_teacher(store: Store, target: str, keys: list[str], hardware: list[str],
+def compute_teacher(store: Store, target: str, keys: list[str], top: int,
                     say: Callable[[str], None] = print) -> Path:
-    """Writes the teacher file: the rules' point of each of ``keys`` on each of ``hardware``."""
+    """Writes the teacher file: the rules' point of each of ``keys`` on each of the ``top`` hardware
+    keys most records were taken on."""
+    machines = _machines(store, target)
+    hardware = set(common_hardware(machines, top))
+    say(f"{len(keys)} tasks on {len(hardware)} hardware descriptions")
     return _write(teacher_path(store, target), target,
-                  _rules_points(store, target, {k: set(hardware) for k in keys}, _cpus(store, target), say))
+                  _rules_points(store, target, {k: hardware for k in keys}, _cpus(machines), say))
 
 
 def load_teacher(store: Store, target: str) -> dict[tuple[str, str], Hint]:
