@@ -346,3 +346,26 @@ def test_a_cross_build_takes_its_cores_and_caches_from_the_options_not_the_host(
     assert native.cores == 64 and native.cache_kib == (64, 4096, 65536)
     with pytest.raises(LoweringError, match="no cache sizes known"):
         resolve_x86_machine(BuildOptions(cpu="tigerlake", cores=4))
+
+
+def test_weights_trained_on_channels_last_convolutions_are_handed_them(build_zoo_model, tmp_path):
+    """A summary that counts channels-last convolutions lifts that fallback (not the pooling one)."""
+    import shutil
+
+    from tlmpack.build import BuildOptions, build
+    from tlmpack.tlm.model import set_summary_fields, weights_path
+
+    onnx_path, _ = build_zoo_model("resnet-tiny")
+    weights = tmp_path / "x86.safetensors"
+    shutil.copy(weights_path("x86"), weights)
+    set_summary_fields(weights, channels_last_convs=1, min_confidence=0.0)
+    tar = tmp_path / "taught.tar"
+    build(str(onnx_path), tar, BuildOptions(tlm_weights={"x86": str(weights)}))
+    with tarfile.open(tar) as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+    notes = {s["name"]: (s["schedules"][0]["chosen_by"], s["schedules"][0].get("note", ""))
+             for s in manifest["subgraphs"]}
+    convs = [v for name, v in notes.items() if "conv2d" in name]
+    assert convs and not any("channels-last convolution" in note for _, note in convs)
+    assert any(chosen == "tlm" for chosen, _ in convs)
+    assert all("channels-last pooling" in note for name, (_, note) in notes.items() if "pool2d" in name)

@@ -115,3 +115,15 @@ def test_tlm_train_with_a_teacher_weight_trains_and_without_the_file_says_how_to
     shutil.copytree(default_root(), data, ignore=shutil.ignore_patterns("hints", "records"))
     result = CliRunner().invoke(main, [*args, "--out", str(out), "--data-dir", str(data)])
     assert result.exit_code != 0 and "tlmpack tlm teacher --target x86" in result.output
+
+
+def test_channels_last_convolutions_are_counted_from_the_tasks_own_loops(store):
+    """The x86 build's graph of a model holds channels-last convolutions; its NCHW graph none."""
+    from tlmpack.training.dataset import channels_last_convs
+
+    def keys(model: str) -> set[str]:
+        (entry,) = [e for e in store.corpora() if e["model"] == model]
+        return {t["key"] for t in entry["tasks"]}
+
+    assert channels_last_convs(store, keys("onnx-synthblock-s0-x86")) >= 3
+    assert channels_last_convs(store, keys("onnx-synthblock-s0-nchw")) == 0

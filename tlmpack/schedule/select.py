@@ -240,7 +240,8 @@ class SelectOptions:
     tune: int = 0  # > 0: measure this many candidates per task on the build host, keep the fastest
     tlm_weights: dict[str, str] | None = None  # target -> weights file (default: the package's)
     # (op word, why): tasks the TLM never saw in this form go to the rules, e.g. the x86 build's
-    # channels-last convolutions (every corpus convolution is NCHW)
+    # channels-last convolutions, unless the weights' summary counts such tasks in their training
+    # (channels_last_convs: the rules as a teacher, docs/tlm.md)
     tlm_unseen: tuple[tuple[str, str], ...] = ()
 
 
@@ -258,7 +259,8 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     except TLMUnavailable as e:
         return None, str(e), None
     info = describe_task(func, task_name)
-    why = next((reason for word, reason in options.tlm_unseen if word in info.ops), None)
+    why = next((reason for word, reason in options.tlm_unseen
+                if word in info.ops and not (word == "conv2d" and tlm.summary.channels_last_convs)), None)
     why = why or out_of_distribution(tlm, info, hardware)
     if why is not None:
         return None, why, tlm

@@ -62,6 +62,9 @@ class TrainingSummary:
     # x86: the vector widths (bits) of the machines its sentences were measured on; a target of
     # another width is out of distribution (empty: not recorded, no test)
     vector_bits: tuple[int, ...] = ()
+    # x86: how many channels-last convolution tasks (the x86 build's layout) its sentences held; 0 (and
+    # weights that predate the field): a build sends its channels-last convolutions to the rules
+    channels_last_convs: int = 0
 
     def to_json(self) -> dict:
         return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops), "vector_bits": list(self.vector_bits)}

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,16 @@ class TrainingSet:
     # per (task, hardware, timer) group: its distinct programs, each with its share of the group's target
     # distribution (rank_programs); what the ranking phase (train.rank_loss) fits
     ranking: list[tuple[tuple[Example, float], ...]] = field(default_factory=list)
+    channels_last_convs: int = 0  # its tasks that are channels-last convolutions (TrainingSummary)
+
+
+# the block of TOPI's NHWC convolution (grouped or not): the layout the x86 build compiles
+CHANNELS_LAST_CONV_BLOCK = re.compile(r'block\("(group_)?conv2d_nhwc"\)')
+
+
+def channels_last_convs(store: Store, keys: set[str]) -> int:
+    """How many of ``keys`` are channels-last convolutions: what lets a build hand them to the model."""
+    return sum(bool(CHANNELS_LAST_CONV_BLOCK.search(store.task(k)["script"])) for k in keys)
 
 
 def _groups(store: Store, target: str, skip: set[str], llvm_cpu: str | None = None) -> dict[tuple, list[dict]]:
@@ -274,7 +285,8 @@ def build_training_set(store: Store, target: str, sites: dict[str, list[list[Sam
     for group in ranking:
         digest.update(json.dumps([[ex.ids, round(q, 6)] for ex, q in group]).encode())
     widths = tuple(sorted({h.vector_bits for h in hardwares.values() if isinstance(h, X86Hardware)}))
-    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None, widths, ranking)
+    return TrainingSet(grammar, taste, used, infos, digest.hexdigest(), hints is not None, widths, ranking,
+                       channels_last_convs(store, used) if target == "x86" else 0)
 
 
 def _teacher_examples(teacher: dict[tuple[str, str], Hint], target: str, sites: dict[str, list[list[SamplingSite]]],
@@ -358,7 +370,8 @@ def save_training_set(data: TrainingSet, path: Path) -> None:
     with gzip.open(path, "wb", compresslevel=6) as f:
         pickle.dump({"grammar": data.grammar, "taste": data.taste, "tasks": sorted(data.tasks),
                      "infos": data.infos, "sha256": data.sha256, "guided": data.guided,
-                     "vector_bits": data.vector_bits, "ranking": data.ranking}, f, protocol=4)
+                     "vector_bits": data.vector_bits, "ranking": data.ranking,
+                     "channels_last_convs": data.channels_last_convs}, f, protocol=4)
 
 
 def load_training_set(path: Path) -> TrainingSet:
@@ -367,4 +380,4 @@ def load_training_set(path: Path) -> TrainingSet:
     with gzip.open(path, "rb") as f:
         d = pickle.load(f)  # noqa: S301  (our own file, written by save_training_set)
     return TrainingSet(d["grammar"], d["taste"], set(d["tasks"]), d["infos"], d["sha256"], d.get("guided", False),
-                       tuple(d.get("vector_bits", ())), d.get("ranking", []))
+                       tuple(d.get("vector_bits", ())), d.get("ranking", []), d.get("channels_last_convs", 0))

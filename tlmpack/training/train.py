@@ -284,7 +284,9 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
     summary = TrainingSummary(target, tuple(kinds), tuple(ops), dict(sorted(ranges.items())), cfg.min_confidence,
                               max(len(data.tasks), base.summary.tasks if base else 0),
                               len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION, data.guided,
-                              vector_bits=tuple(sorted(set(data.vector_bits) | set(base.summary.vector_bits if base else ()))))
+                              vector_bits=tuple(sorted(set(data.vector_bits) | set(base.summary.vector_bits if base else ()))),
+                              channels_last_convs=max(data.channels_last_convs,
+                                                      base.summary.channels_last_convs if base else 0))
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
     return report
