@@ -68,6 +68,8 @@ def test_two_builds_are_byte_identical(build_zoo_model, tmp_path):
 
 
 def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
+    from tlmpack.tlm.model import load
+
     _, tar = build_zoo_model("resnet-tiny")
     with tarfile.open(tar) as t:
         manifest = json.load(t.extractfile("manifest.json"))
@@ -77,6 +79,7 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
     assert {"weights.bin", "x86/model.so", "runtime_c/libtlmrt.so", "include/tlmrt.h", "SHA256SUMS"} <= set(names)
     assert set(manifest["files"]) == files - {"manifest.json", "SHA256SUMS"}
     chosen, pooled = set(), False
+    taught_channels_last = load("x86").summary.channels_last
     for subgraph in manifest["subgraphs"]:
         (schedule,) = subgraph["schedules"]
         assert schedule["target"] == "x86"
@@ -85,8 +88,10 @@ def test_manifest_records_each_subgraph_schedule_as_decisions(build_zoo_model):
             assert schedule["note"].startswith(manifest["tlm"]["x86"]["id"])
         else:  # the rules, and why the model did not choose
             assert schedule["chosen_by"] == "heuristic" and schedule["note"].startswith("tlm fallback: ")
-        if "conv2d" in subgraph["name"]:  # channels-last: not what the x86 TLM was trained on
+        if "conv2d" in subgraph["name"] and not taught_channels_last:  # not what these weights were trained on
             assert schedule["note"].startswith("tlm fallback: channels-last convolution")
+        if "conv2d" in subgraph["name"] and taught_channels_last:
+            assert "channels-last convolution" not in schedule["note"]
         if "pool2d" in subgraph["name"]:
             assert schedule["note"].startswith("tlm fallback: channels-last pooling")
             pooled = True
@@ -349,7 +354,7 @@ def test_a_cross_build_takes_its_cores_and_caches_from_the_options_not_the_host(
 
 
 def test_weights_trained_on_channels_last_convolutions_are_handed_them(build_zoo_model, tmp_path):
-    """A summary that counts channels-last convolutions lifts that fallback (not the pooling one)."""
+    """A summary that says channels_last lifts that fallback (not the pooling one)."""
     import shutil
 
     from tlmpack.build import BuildOptions, build
@@ -358,7 +363,7 @@ def test_weights_trained_on_channels_last_convolutions_are_handed_them(build_zoo
     onnx_path, _ = build_zoo_model("resnet-tiny")
     weights = tmp_path / "x86.safetensors"
     shutil.copy(weights_path("x86"), weights)
-    set_summary_fields(weights, channels_last_convs=1, min_confidence=0.0)
+    set_summary_fields(weights, channels_last=True, min_confidence=0.0)
     tar = tmp_path / "taught.tar"
     build(str(onnx_path), tar, BuildOptions(tlm_weights={"x86": str(weights)}))
     with tarfile.open(tar) as t:

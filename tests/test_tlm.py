@@ -192,6 +192,7 @@ def test_smoke_training_run_writes_loadable_weights(tmp_path):
     assert loaded.sha256 == report["sha256"] and loaded.summary.tasks > 0
     assert loaded.summary.space_version == SPACE_VERSION  # the space its sites were computed on
     assert 256 in loaded.summary.vector_bits  # the widths of its records: the committed ones hold AVX2 (256-bit)
+    assert loaded.summary.channels_last == (report["channels_last_convs"] > 0)  # builds hand it what it saw
 
     set_summary_fields(out, space_version=1)
     assert load_file(out, "x86").summary.space_version == 1
@@ -351,6 +352,10 @@ def test_an_anchor_margin_keeps_the_rules_point_unless_the_model_is_clearly_sure
     shutil.copy(weights_path("x86"), path)
     set_summary_fields(path, anchor_margin=1e9)
     anchored = load_file(path, "x86")
+    unanchored = tmp_path / "unanchored.safetensors"
+    shutil.copy(weights_path("x86"), unanchored)
+    set_summary_fields(unanchored, anchor_margin=0.0)
+    plain_model = load_file(unanchored, "x86")
     tvm_target = x86_target(num_cores=2).tvm_target()
     differs = 0
     for name, (func, space) in spaces.items():
@@ -359,8 +364,8 @@ def test_an_anchor_margin_keeps_the_rules_point_unless_the_model_is_clearly_sure
         assert hint == rules_hint(func, tvm_target, "x86", HARDWARE)
         (d,) = decode_space(anchored, space, HARDWARE, info, hint=hint)
         assert (d.sketch, d.decisions) == (hint.sketch, hint.decisions), name
-        plain = decode_space(shipped, space, HARDWARE, info, hint=hint)[0]  # margin 0: the hint is not read
-        assert hint_for(shipped, func, tvm_target, "x86", HARDWARE) is None
+        plain = decode_space(plain_model, space, HARDWARE, info, hint=hint)[0]  # margin 0: the hint is not read
+        assert hint_for(plain_model, func, tvm_target, "x86", HARDWARE) is None
         differs += (plain.sketch, plain.decisions) != (d.sketch, d.decisions)
     assert differs  # the model alone departs from the rules somewhere, so the test can fail
 

@@ -86,7 +86,7 @@ def _unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
     convolutions and poolings are all NCHW. Its picks for channels-last convolutions were up to 12x
     slower than the rules' (ResNet-50, BENCHMARKS.md 2026-12-01), and for ResNet-50's channels-last
     max pool 2x slower (133 vs 66 us, `--tune 16` on the AVX-512 EPYC, 2026-12-04). Weights whose
-    summary counts channels-last convolutions in their training (the rules as a teacher) are handed
+    summary says ``channels_last`` (trained on such convolutions: the rules as a teacher) are handed
     the convolutions all the same (select._tlm_choice)."""
     if conv_layout == "NHWC":
         return (("conv2d", "channels-last convolution (the training data has NCHW ones only)"),

@@ -240,8 +240,8 @@ class SelectOptions:
     tune: int = 0  # > 0: measure this many candidates per task on the build host, keep the fastest
     tlm_weights: dict[str, str] | None = None  # target -> weights file (default: the package's)
     # (op word, why): tasks the TLM never saw in this form go to the rules, e.g. the x86 build's
-    # channels-last convolutions, unless the weights' summary counts such tasks in their training
-    # (channels_last_convs: the rules as a teacher, docs/tlm.md)
+    # channels-last convolutions, unless the weights' summary says to hand them over (channels_last:
+    # trained on such tasks, the rules as a teacher; docs/tlm.md)
     tlm_unseen: tuple[tuple[str, str], ...] = ()
 
 
@@ -260,7 +260,7 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
         return None, str(e), None
     info = describe_task(func, task_name)
     why = next((reason for word, reason in options.tlm_unseen
-                if word in info.ops and not (word == "conv2d" and tlm.summary.channels_last_convs)), None)
+                if word in info.ops and not (word == "conv2d" and tlm.summary.channels_last)), None)
     why = why or out_of_distribution(tlm, info, hardware)
     if why is not None:
         return None, why, tlm

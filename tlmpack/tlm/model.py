@@ -62,9 +62,10 @@ class TrainingSummary:
     # x86: the vector widths (bits) of the machines its sentences were measured on; a target of
     # another width is out of distribution (empty: not recorded, no test)
     vector_bits: tuple[int, ...] = ()
-    # x86: how many channels-last convolution tasks (the x86 build's layout) its sentences held; 0 (and
-    # weights that predate the field): a build sends its channels-last convolutions to the rules
-    channels_last_convs: int = 0
+    # x86: a build hands it channels-last convolutions (the x86 build's layout). `tlm train` sets it
+    # when its sentences held such tasks; False (and weights that predate it): they go to the rules.
+    # A policy like min_confidence: whole seed models may show it should be cleared (docs/tlm.md).
+    channels_last: bool = False
 
     def to_json(self) -> dict:
         return asdict(self) | {"kinds": list(self.kinds), "ops": list(self.ops), "vector_bits": list(self.vector_bits)}

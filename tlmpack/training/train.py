@@ -285,8 +285,8 @@ def train(data: TrainingSet, target: str, out: Path, cfg: TrainConfig = DEFAULT_
                               max(len(data.tasks), base.summary.tasks if base else 0),
                               len(data.grammar) + len(data.taste), cfg.seed, data.sha256, SPACE_VERSION, data.guided,
                               vector_bits=tuple(sorted(set(data.vector_bits) | set(base.summary.vector_bits if base else ()))),
-                              channels_last_convs=max(data.channels_last_convs,
-                                                      base.summary.channels_last_convs if base else 0))
+                              channels_last=data.channels_last_convs > 0 or bool(base and base.summary.channels_last))
+    report["channels_last_convs"] = data.channels_last_convs
     report["sha256"] = save(model, out, shape, summary)
     report["weights"] = str(out)
     return report
