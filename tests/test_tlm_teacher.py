@@ -127,3 +127,17 @@ def test_channels_last_convolutions_are_counted_from_the_tasks_own_loops(store):
 
     assert channels_last_convs(store, keys("onnx-synthblock-s0-x86")) >= 3
     assert channels_last_convs(store, keys("onnx-synthblock-s0-nchw")) == 0
+
+
+def test_built_points_meet_the_builds_channels_last_gate_on_channels_last_convolutions_only(store):
+    """`tlm measure --built` times what a build runs: x86 builds gate channels-last convolutions."""
+    from tlmpack.training.candidates import built_options
+
+    def first_conv(model: str) -> dict:
+        (entry,) = [e for e in store.corpora() if e["model"] == model]
+        return next(store.task(t["key"]) for t in entry["tasks"] if "conv2d" in store.task(t["key"])["ops"])
+
+    gated = built_options("x86", "W", first_conv("onnx-synthblock-s0-x86"))
+    assert [word for word, _ in gated.tlm_unseen] == ["conv2d", "pool2d"] and gated.tlm_weights == {"x86": "W"}
+    assert built_options("x86", "W", first_conv("onnx-synthblock-s0-nchw")).tlm_unseen == ()
+    assert built_options("cuda", "W", first_conv("onnx-synthblock-s0-x86")).tlm_unseen == ()

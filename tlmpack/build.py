@@ -81,7 +81,7 @@ class BuildOptions:
         return out
 
 
-def _unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
+def unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
     """What the x86 TLM has not been trained on in the form this build compiles it: its corpus's
     convolutions and poolings are all NCHW. Its picks for channels-last convolutions were up to 12x
     slower than the rules' (ResNet-50, BENCHMARKS.md 2026-12-01), and for ResNet-50's channels-last
@@ -451,7 +451,7 @@ def _build_x86(stage: Path, tmp: Path, plans: Plans, cuda_weights: bytes | None,
     say(f"scheduling {len(union.tasks)} tasks for x86 ({target.cpu}, scheduler={scheduler})")
     scheduled = schedule_tasks(union, target.tvm_target(), "x86",
                                SelectOptions(scheduler, options.tune, _tlm_weights(options),
-                                             _unseen_by_tlm(plans.x86_layout)),
+                                             unseen_by_tlm(plans.x86_layout)),
                                hardware.lanes(32), say, hardware)
     plans.fallbacks += scheduled.fallbacks
     (stage / "x86").mkdir()

@@ -42,6 +42,18 @@ def _task_hardware(target: str, threads: int):
     return cuda_tvm_target(), cuda_hardware(ARCH)
 
 
+def built_options(target: str, weights: str, task: dict):
+    """The options a ``--scheduler tlm`` build schedules ``task`` with: on x86, a channels-last
+    convolution (the layout x86 builds compile) meets the build's gate (build.unseen_by_tlm), which
+    the weights' summary lifts or not, so ``--built`` times what a build of it would run."""
+    from ..build import unseen_by_tlm
+    from ..schedule.select import SelectOptions
+    from .dataset import CHANNELS_LAST_CONV_BLOCK
+
+    channels_last = target == "x86" and CHANNELS_LAST_CONV_BLOCK.search(task["script"]) is not None
+    return SelectOptions("tlm", tlm_weights={target: weights}, tlm_unseen=unseen_by_tlm("NHWC" if channels_last else None))
+
+
 def propose(store: Store, target: str, keys: list[str], samples: int, threads: int = 1, seed: int = 0,
             weights: str | None = None, stored_best: int = 0, heuristic: bool = True,
             say: Callable[[str], None] = print, versus: dict[str, str] | None = None,
@@ -56,7 +68,7 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
     ``neighbour``), a local search around it; ``neighbours_of="best"``: around the task's fastest program
     measured on this hardware instead (x86; one more step of a hill climb), leaving out points measured here."""
     from ..schedule.records import Decision
-    from ..schedule.select import SelectOptions, hint_for, schedule_with_rules, tlm_build_point
+    from ..schedule.select import hint_for, schedule_with_rules, tlm_build_point
     from ..schedule.space import DesignSpace
     from ..tlm.decode import decode_space
     from ..tlm.model import load_file, weights_path
@@ -97,8 +109,7 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
                 found.append(Candidate(d[0].sketch, [x.to_json() for x in d[0].decisions], "tlm", f"greedy:{name}"))
         if built:
             path = str(Path(weights) if weights else weights_path(target))
-            point = tlm_build_point(func, tvm_target, target, hardware, task["name"],
-                                    SelectOptions("tlm", tlm_weights={target: path}))
+            point = tlm_build_point(func, tvm_target, target, hardware, task["name"], built_options(target, path, task))
             if point is not None:
                 found.append(Candidate(point[0], [x.to_json() for x in point[1]], "tlm", "greedy:built"))
         if heuristic:
