@@ -76,10 +76,11 @@ def test_a_build_takes_a_tlm_point_only_inside_the_bounds():
             assert vectors is not None and low <= vectors <= high, (name, choice.decisions)
 
 
-def test_the_shipped_model_needs_the_check_on_gpt2(monkeypatch):
-    """Without the check the model's greedy points for two of these tasks are out of bounds
-    (1 and 16 vectors): what the check exists for. If new weights stop doing that, this test says
-    so, and the GPT-2 comparison in BENCHMARKS.md is due again."""
+def test_the_shipped_model_keeps_the_bounds_on_gpt2_unchecked(monkeypatch):
+    """The weights shipped before 2026-12-07 wrote two out-of-bounds points here (1 and 16 vectors:
+    what the check exists for); the teacher-trained ones write none, and whole GPT-2 ran 0.94x the
+    weights before (BENCHMARKS.md 2026-12-07). If new weights change that, this test says so, and the
+    GPT-2 comparison is due again."""
     import tlmpack.schedule.select as select
 
     monkeypatch.setattr(select, "_register_check", lambda func, hardware: None)
@@ -91,7 +92,7 @@ def test_the_shipped_model_needs_the_check_on_gpt2(monkeypatch):
             vectors = register_tile_vectors(spatial, choice.decisions, AVX2.lanes(32))
             if vectors is not None and not low <= vectors <= high:
                 outside.append((name, vectors))
-    assert sorted(outside) == [("fused_matmul5_add4", 1), ("fused_matmul_add2", 16)]
+    assert sorted(outside) == []
 
 
 def test_a_greedy_point_out_of_bounds_goes_to_the_rules_not_to_the_samples():
