@@ -138,6 +138,6 @@ def test_built_points_meet_the_builds_channels_last_gate_on_channels_last_convol
         return next(store.task(t["key"]) for t in entry["tasks"] if "conv2d" in store.task(t["key"])["ops"])
 
     gated = built_options("x86", "W", first_conv("onnx-synthblock-s0-x86"))
-    assert [word for word, _ in gated.tlm_unseen] == ["conv2d", "pool2d"] and gated.tlm_weights == {"x86": "W"}
+    assert [word for word, _, _ in gated.tlm_unseen] == ["conv2d", "pool2d"] and gated.tlm_weights == {"x86": "W"}
     assert built_options("x86", "W", first_conv("onnx-synthblock-s0-nchw")).tlm_unseen == ()
     assert built_options("cuda", "W", first_conv("onnx-synthblock-s0-x86")).tlm_unseen == ()

@@ -81,16 +81,16 @@ class BuildOptions:
         return out
 
 
-def unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str], ...]:
+def unseen_by_tlm(conv_layout: str | None) -> tuple[tuple[str, str, str], ...]:
     """What the x86 TLM has not been trained on in the form this build compiles it: its corpus's
     convolutions and poolings are all NCHW. Its picks for channels-last convolutions were up to 12x
     slower than the rules' (ResNet-50, BENCHMARKS.md 2026-12-01), and for ResNet-50's channels-last
-    max pool 2x slower (133 vs 66 us, `--tune 16` on the AVX-512 EPYC, 2026-12-04). Weights whose
-    summary says ``channels_last`` (trained on such convolutions: the rules as a teacher) are handed
-    the convolutions all the same (select._tlm_choice)."""
+    max pool 2x slower (133 vs 66 us, `--tune 16` on the AVX-512 EPYC, 2026-12-04). Each entry is
+    (op word, why, the summary flag that lifts it): weights whose summary says ``channels_last``
+    (trained on such convolutions: the rules as a teacher) are handed the convolutions all the same."""
     if conv_layout == "NHWC":
-        return (("conv2d", "channels-last convolution (the training data has NCHW ones only)"),
-                ("pool2d", "channels-last pooling (the training data has NCHW ones only)"))
+        return (("conv2d", "channels-last convolution (the training data has NCHW ones only)", "channels_last"),
+                ("pool2d", "channels-last pooling (the training data has NCHW ones only)", ""))
     return ()
 
 

@@ -239,10 +239,10 @@ class SelectOptions:
     scheduler: str = "tlm"
     tune: int = 0  # > 0: measure this many candidates per task on the build host, keep the fastest
     tlm_weights: dict[str, str] | None = None  # target -> weights file (default: the package's)
-    # (op word, why): tasks the TLM never saw in this form go to the rules, e.g. the x86 build's
-    # channels-last convolutions, unless the weights' summary says to hand them over (channels_last:
-    # trained on such tasks, the rules as a teacher; docs/tlm.md)
-    tlm_unseen: tuple[tuple[str, str], ...] = ()
+    # (op word, why, summary flag): tasks the TLM never saw in this form go to the rules, e.g. the x86
+    # build's channels-last convolutions, unless the weights' summary sets the flag ("" for none), e.g.
+    # channels_last: trained on such tasks, the rules as a teacher (docs/tlm.md)
+    tlm_unseen: tuple[tuple[str, str, str], ...] = ()
 
 
 def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: str, options: SelectOptions,
@@ -259,8 +259,8 @@ def _tlm_choice(func, tvm_target, target_kind: str, hardware: Any, task_name: st
     except TLMUnavailable as e:
         return None, str(e), None
     info = describe_task(func, task_name)
-    why = next((reason for word, reason in options.tlm_unseen
-                if word in info.ops and not (word == "conv2d" and tlm.summary.channels_last)), None)
+    why = next((reason for word, reason, lifted_by in options.tlm_unseen
+                if word in info.ops and not (lifted_by and getattr(tlm.summary, lifted_by))), None)
     why = why or out_of_distribution(tlm, info, hardware)
     if why is not None:
         return None, why, tlm
