@@ -87,6 +87,15 @@ def features(wanted: dict[str, set[str]], root: str, cache: Path, jobs: int) -> 
     return have
 
 
+def summed_scores(net, programs: list[np.ndarray], mean: np.ndarray, std: np.ndarray):
+    """One score per program: ``net`` over each of its stores (standardised features), summed."""
+    import torch
+
+    x = torch.tensor((np.concatenate(programs) - mean) / std)
+    seg = torch.tensor(np.repeat(np.arange(len(programs)), [len(p) for p in programs]))
+    return torch.zeros(len(programs)).index_add_(0, seg, net(x).squeeze(-1))
+
+
 class CostModel:
     """An ensemble of per-store MLPs (summed over stores), inputs standardised over the training programs."""
 
@@ -97,11 +106,8 @@ class CostModel:
         """Higher: predicted faster (comparable only within one task)."""
         import torch
 
-        x = torch.tensor((np.concatenate(programs) - self.mean) / self.std)
-        seg = torch.tensor(np.repeat(np.arange(len(programs)), [len(p) for p in programs]))
         with torch.no_grad():
-            per = torch.stack([net(x).squeeze(-1) for net in self.nets]).mean(0)
-            return torch.zeros(len(programs)).index_add_(0, seg, per).numpy()
+            return torch.stack([summed_scores(net, programs, self.mean, self.std) for net in self.nets]).mean(0).numpy()
 
 
 def train(groups: list[tuple[str, list[np.ndarray], np.ndarray]], seeds: int, epochs: int, beta: float) -> CostModel:
@@ -110,6 +116,7 @@ def train(groups: list[tuple[str, list[np.ndarray], np.ndarray]], seeds: int, ep
     torch.set_num_threads(2)
     stacked = np.concatenate([f for _, fs, _ in groups for f in fs])
     mean, std = stacked.mean(0), stacked.std(0) + 1e-3
+    data = [(fs, torch.tensor(ll, dtype=torch.float32)) for _, fs, ll in groups]
     nets = []
     for seed in range(seeds):
         torch.manual_seed(seed)
@@ -117,7 +124,6 @@ def train(groups: list[tuple[str, list[np.ndarray], np.ndarray]], seeds: int, ep
         net = torch.nn.Sequential(torch.nn.Linear(stacked.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                   torch.nn.ReLU(), torch.nn.Linear(256, 1))
         opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-4)
-        data = [(fs, torch.tensor(ll, dtype=torch.float32)) for _, fs, ll in groups]
         for _ in range(epochs):
             order = list(range(len(data)))
             rng.shuffle(order)
@@ -129,9 +135,7 @@ def train(groups: list[tuple[str, list[np.ndarray], np.ndarray]], seeds: int, ep
                     programs += [fs[k] for k in pick]
                     sizes.append(len(pick))
                     targets.append(torch.softmax(-beta * (ll[pick] - ll[pick].min()), 0))
-                x = torch.tensor((np.concatenate(programs) - mean) / std)
-                seg = torch.tensor(np.repeat(np.arange(len(programs)), [len(p) for p in programs]))
-                scores = torch.zeros(len(programs)).index_add_(0, seg, net(x).squeeze(-1))
+                scores = summed_scores(net, programs, mean, std)
                 loss, off = 0.0, 0
                 for n, target in zip(sizes, targets, strict=True):
                     loss = loss - (target * torch.log_softmax(scores[off:off + n], 0)).sum()
