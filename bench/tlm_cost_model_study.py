@@ -2,7 +2,8 @@
 """Can a learned cost model pick among the TLM's own candidates better than its greedy decode, with no
 measurement? (issue 12: an oracle over the model's 17 candidates holds 1.14-1.17x the rules, its greedy pick ~1.0x)
 
-    python bench/tlm_cost_model_study.py RUN.jsonl.gz [--cache DIR] [--seeds 5] [--epochs 200] [--jobs 2]
+    python bench/tlm_cost_model_study.py RUN.jsonl.gz [--target x86|cuda] [--cache FILE] [--seeds 5] [--epochs 200]
+        [--weights COST.safetensors]
 
 The cost model is MetaSchedule's recipe: PerStoreFeature (164 numbers per buffer store of the scheduled
 PrimFunc), an MLP per store, summed over the stores; trained with a listwise loss (softmax cross-entropy
@@ -11,9 +12,16 @@ training group of the store (held-out tasks excluded), an ensemble over seeds. R
 
 - validation: 4-fold split of the training tasks (train on 3, score the 4th's programs): the picked
   program's speed against the group's best, and Spearman's rank correlation;
-- held-out: RUN is a `tlmpack tlm measure --tasks heldout --samples 16` search pass (data/records/x86/...);
-  each held-out task is decoded again as that pass did (greedy + 16 samples, seed 37) and the cost model
-  picks among the first k+1 candidates and the rules' point, against the rules (geometric mean).
+- held-out: RUN is a `tlmpack tlm measure --tasks heldout --samples 16` search pass (data/records/<target>/...);
+  each held-out task whose space holds >= 8 programs is decoded again as that pass did (greedy + 16 samples,
+  seed 37) and the cost model picks among the first k+1 candidates and the rules' point, against the rules
+  (geometric mean). On CUDA the features are those of the GPU-bound PrimFunc; the training groups are the
+  H200's, the held-out pass may be another card's (ranks, not latencies, carry over).
+- what a `--scheduler ranked` build keeps: schedule/ranked.py's own candidates and pick, looked up in RUN
+  (its seed is the pass's, so each candidate was measured there).
+
+The cost model is training/cost_model.py's (what `tlmpack tlm cost-model` ships); `--weights` scores with a
+trained file instead of training here.
 """
 
 from __future__ import annotations
@@ -23,128 +31,13 @@ import collections
 import gzip
 import json
 import math
-import multiprocessing
-import pickle
 import random
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-
-def program_key(sketch: int, decisions: list) -> str:
-    return json.dumps([sketch, decisions])
-
-
-def _features_of_tasks(args: tuple[list[tuple[str, list[str]]], str]) -> dict[str, dict[str, np.ndarray]]:
-    """Per-store features of each (task, program keys), replayed on this host's x86 target."""
-    jobs, root = args
-    import tvm
-    from tvm.s_tir import Schedule
-    from tvm.s_tir import meta_schedule as ms
-
-    from tlmpack.schedule.records import Decision
-    from tlmpack.schedule.space import DesignSpace
-    from tlmpack.training.candidates import _task_hardware
-    from tlmpack.training.corpus import load_func
-    from tlmpack.training.sample import replay_point
-    from tlmpack.training.store import Store
-
-    store = Store(root)
-    tvm_target, _ = _task_hardware("x86", 1)
-    extractor = ms.feature_extractor.PerStoreFeature(extract_workload=False)
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for key, programs in jobs:
-        func = load_func(store.task(key))
-        space = DesignSpace(func, tvm_target)
-        feats = out.setdefault(key, {})
-        for pk in programs:
-            sketch, decisions = json.loads(pk)
-            if sketch >= len(space.sketches):
-                continue
-            point = replay_point(space, sketch, tuple(Decision.from_json(d) for d in decisions))
-            if point is None:  # a record of an older space
-                continue
-            candidate = ms.MeasureCandidate(Schedule(tvm.IRModule({"main": point.func})),
-                                            ms.arg_info.ArgInfo.from_prim_func(point.func))
-            feats[pk] = extractor.extract_from(space.context, [candidate])[0].numpy().astype(np.float32)
-    return out
-
-
-def features(wanted: dict[str, set[str]], root: str, cache: Path, jobs: int) -> dict[str, dict[str, np.ndarray]]:
-    """Features of every wanted program, from ``cache`` where computed before."""
-    have: dict[str, dict[str, np.ndarray]] = pickle.loads(cache.read_bytes()) if cache.is_file() else {}
-    missing = [(k, sorted(p - set(have.get(k, {})))) for k, p in sorted(wanted.items())]
-    missing = [(k, p) for k, p in missing if p]
-    if missing:
-        shards = [[m for m in missing if zlib.crc32(m[0].encode()) % jobs == i] for i in range(jobs)]
-        with multiprocessing.Pool(jobs) as pool:
-            for part in pool.map(_features_of_tasks, [(s, root) for s in shards]):
-                for k, f in part.items():
-                    have.setdefault(k, {}).update(f)
-        cache.write_bytes(pickle.dumps(have))
-    return have
-
-
-def summed_scores(net, programs: list[np.ndarray], mean: np.ndarray, std: np.ndarray):
-    """One score per program: ``net`` over each of its stores (standardised features), summed."""
-    import torch
-
-    x = torch.tensor((np.concatenate(programs) - mean) / std)
-    seg = torch.tensor(np.repeat(np.arange(len(programs)), [len(p) for p in programs]))
-    return torch.zeros(len(programs)).index_add_(0, seg, net(x).squeeze(-1))
-
-
-class CostModel:
-    """An ensemble of per-store MLPs (summed over stores), inputs standardised over the training programs."""
-
-    def __init__(self, nets: list, mean: np.ndarray, std: np.ndarray) -> None:
-        self.nets, self.mean, self.std = nets, mean, std
-
-    def score(self, programs: list[np.ndarray]) -> np.ndarray:
-        """Higher: predicted faster (comparable only within one task)."""
-        import torch
-
-        with torch.no_grad():
-            return torch.stack([summed_scores(net, programs, self.mean, self.std) for net in self.nets]).mean(0).numpy()
-
-
-def train(groups: list[tuple[str, list[np.ndarray], np.ndarray]], seeds: int, epochs: int, beta: float) -> CostModel:
-    import torch
-
-    torch.set_num_threads(2)
-    stacked = np.concatenate([f for _, fs, _ in groups for f in fs])
-    mean, std = stacked.mean(0), stacked.std(0) + 1e-3
-    data = [(fs, torch.tensor(ll, dtype=torch.float32)) for _, fs, ll in groups]
-    nets = []
-    for seed in range(seeds):
-        torch.manual_seed(seed)
-        rng = random.Random(seed)
-        net = torch.nn.Sequential(torch.nn.Linear(stacked.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                  torch.nn.ReLU(), torch.nn.Linear(256, 1))
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-4)
-        for _ in range(epochs):
-            order = list(range(len(data)))
-            rng.shuffle(order)
-            for i in range(0, len(order), 16):
-                programs, sizes, targets = [], [], []
-                for j in order[i:i + 16]:
-                    fs, ll = data[j]
-                    pick = rng.sample(range(len(fs)), min(48, len(fs)))
-                    programs += [fs[k] for k in pick]
-                    sizes.append(len(pick))
-                    targets.append(torch.softmax(-beta * (ll[pick] - ll[pick].min()), 0))
-                scores = summed_scores(net, programs, mean, std)
-                loss, off = 0.0, 0
-                for n, target in zip(sizes, targets, strict=True):
-                    loss = loss - (target * torch.log_softmax(scores[off:off + n], 0)).sum()
-                    off += n
-                opt.zero_grad()
-                (loss / len(sizes)).backward()
-                opt.step()
-        nets.append(net.eval())
-    return CostModel(nets, mean, std)
+from tlmpack.training.cost_model import program_key, train, training_groups
 
 
 def geomean(values: list[float]) -> float:
@@ -168,85 +61,116 @@ def validation(groups, seeds: int, epochs: int, beta: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run")
-    ap.add_argument("--cache", default="/tmp/tlm_cost_model_features.pkl")
+    ap.add_argument("--target", choices=["x86", "cuda"], default="x86")
+    ap.add_argument("--cache", help="features computed before (default: a file per target under /tmp)")
+    ap.add_argument("--weights", help="score with this trained cost model instead of training one here")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--beta", type=float, default=3.0)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-validation", action="store_true")
+    ap.add_argument("--no-grid-floor", action="store_true", help="rank CUDA candidates under the grid floor too")
     args = ap.parse_args()
 
-    from tlmpack.schedule.select import hint_for
+    from tlmpack.schedule.ranked import candidates as ranked_candidates
+    from tlmpack.schedule.select import hint_for, schedule_with_rules
     from tlmpack.schedule.space import DesignSpace
+    from tlmpack.tlm.cost_model import load_file as load_cost_model
+    from tlmpack.tlm.cost_model import program_features
     from tlmpack.tlm.decode import decode_space
     from tlmpack.tlm.model import load_file, weights_path
     from tlmpack.training.candidates import _task_hardware
+    from tlmpack.training.compare import space_size
     from tlmpack.training.corpus import load_func
-    from tlmpack.training.dataset import CHANNELS_LAST_CONV_BLOCK, _groups, heldout_keys, latency, task_info
+    from tlmpack.training.dataset import CHANNELS_LAST_CONV_BLOCK, heldout_keys, latency, task_info
+    from tlmpack.training.sites import load_sites
     from tlmpack.training.store import Store, default_root
 
     started = time.time()
     store = Store(default_root())
-    train_groups = {gk: recs for gk, recs in _groups(store, "x86", heldout_keys(store, "x86")).items() if len(recs) >= 4}
+    target = args.target
+    cache = Path(args.cache or ("/tmp/tlm_cost_model_features.pkl" if target == "x86"
+                                else f"/tmp/tlm_cost_model_features_{target}.pkl"))
     run = [r for r in map(json.loads, gzip.open(args.run, "rt")) if r.get("valid")]
-    wanted: dict[str, set[str]] = collections.defaultdict(set)
-    for recs in [*train_groups.values(), run]:
-        for r in recs:
-            wanted[r["task"]].add(program_key(r["sketch"], r["decisions"]))
-    feats = features(wanted, str(store.root), Path(args.cache), args.jobs)
+    extra: dict[str, set[str]] = collections.defaultdict(set)
+    for r in run:
+        extra[r["task"]].add(program_key(r["sketch"], r["decisions"]))
+    groups, feats = training_groups(store, target, cache, args.jobs, extra)
     print(f"features: {sum(len(v) for v in feats.values())} programs, {time.time() - started:.0f} s", flush=True)
-
-    groups = []
-    for gk, recs in sorted(train_groups.items()):
-        best: dict[str, float] = {}
-        for r in recs:
-            pk = program_key(r["sketch"], r["decisions"])
-            if pk in feats.get(gk[0], {}):
-                best[pk] = min(best.get(pk, math.inf), latency(r))
-        ll = np.log([best[p] for p in sorted(best)])
-        if len(best) >= 4 and ll.max() - ll.min() >= 0.02:
-            groups.append((gk[0], [feats[gk[0]][p] for p in sorted(best)], ll))
     print(f"training groups: {len(groups)}, programs: {sum(len(g[1]) for g in groups)}", flush=True)
     if not args.no_validation:
         print("validation (4 folds over the training tasks):",
               json.dumps(validation(groups, args.seeds, args.epochs, args.beta)), flush=True)
 
-    model = train(groups, args.seeds, args.epochs, args.beta)
+    model = (load_cost_model(Path(args.weights), target) if args.weights
+             else train(groups, args.seeds, args.epochs, args.beta, target=target))
     lat: dict[tuple[str, str], float] = {}
     rules: dict[str, str] = {}
+    source: dict[tuple[str, str], str] = {}  # (task, program) -> the pass's source: tlm, random, neighbour, ...
     for r in run:
         pk = program_key(r["sketch"], r["decisions"])
-        lat[(r["task"], pk)] = min(lat.get((r["task"], pk), math.inf), r["min_us"])
-        if r["chosen_by"] == "heuristic" and r.get("rule") != "neighbour":
+        source.setdefault((r["task"], pk), {"neighbour": "neighbour", "re-measured": "stored"}.get(r.get("rule", ""),
+                                                                                                 r["chosen_by"]))
+        lat[(r["task"], pk)] = min(lat.get((r["task"], pk), math.inf), latency(r))
+        if r["chosen_by"] == "heuristic" and r.get("rule") not in ("neighbour", "re-measured"):
             rules.setdefault(r["task"], pk)
-    tlm = load_file(weights_path("x86"), "x86")
-    tvm_target, hardware = _task_hardware("x86", 1)
+    tlm = load_file(weights_path(target), target)
+    tvm_target, hardware = _task_hardware(target, 1)
+    sites = load_sites(store, target)
     rows: dict[str, list[float]] = collections.defaultdict(list)
-    for key in sorted(heldout_keys(store, "x86", evaluation=True)):
-        if key not in rules:
+    unmeasured = 0
+    for key in sorted(heldout_keys(store, target, evaluation=True)):
+        if key not in rules or space_size(sites.get(key, [])) < 8:
             continue
         task = store.task(key)
         func = load_func(task)
-        channels_last = CHANNELS_LAST_CONV_BLOCK.search(task["script"]) is not None
+        channels_last = target == "x86" and CHANNELS_LAST_CONV_BLOCK.search(task["script"]) is not None
         decoded = decode_space(tlm, DesignSpace(func, tvm_target, seed=37), hardware, task_info(task), samples=16,
-                               seed=37, hint=hint_for(tlm, func, tvm_target, "x86", hardware))
+                               seed=37, hint=hint_for(tlm, func, tvm_target, target, hardware))
         order = [program_key(d.sketch, [x.to_json() for x in d.decisions]) for d in decoded]
         timed = [p for p in order if (key, p) in lat and p in feats[key]]
         if not timed or timed[0] != order[0]:
             continue
         base = lat[(key, rules[key])]
         rows["greedy"].append(base / lat[(key, order[0])])
+        rows["best known (the whole pass)"].append(base / min(v for (t, _), v in lat.items() if t == key))
         for k in (0, 2, 4, 8, 16):
             pool = [p for p in order[:k + 1] if p in timed] + [rules[key]]
             pick = pool[int(np.argmax(model.score([feats[key][p] for p in pool])))]
             rows[f"cost model, greedy + {k} samples + rules"].append(base / lat[(key, pick)])
-            rows[f"  the same, channels-last convolutions to the rules (as builds)"
-                 f" k={k}"].append(1.0 if channels_last else base / lat[(key, pick)])
+            if target == "x86":
+                rows[f"  the same, channels-last convolutions to the rules (as builds)"
+                     f" k={k}"].append(1.0 if channels_last else base / lat[(key, pick)])
             rows[f"oracle, greedy + {k} samples + rules"].append(base / min(lat[(key, p)] for p in pool))
+        # wider pools a build could also write without measuring: the rules' point's edits, random programs
+        every = [p for (t, p) in lat if t == key and p in feats[key]]
+        for name, keep in (("the rules' point and its edits", {"heuristic", "neighbour"}),
+                           ("greedy + 16 samples + the rules' point and its edits", {"tlm", "heuristic", "neighbour"}),
+                           ("every program of the pass", None)):
+            pool = [p for p in every if keep is None or source[(key, p)] in keep] + [rules[key]]
+            pick = pool[int(np.argmax(model.score([feats[key][p] for p in pool])))]
+            rows[f"cost model over {name}"].append(base / lat[(key, pick)])
+            rows[f"oracle over {name}"].append(base / min(lat[(key, p)] for p in pool))
+        # what a --scheduler ranked build keeps (its own candidates, grid floor applied)
+        rules_choice = schedule_with_rules(func, tvm_target, target, hardware)
+        found = ranked_candidates(func, tvm_target, target, hardware, task["name"], rules=rules_choice,
+                                  grid_floor=False if args.no_grid_floor else None)
+        keys = [program_key(c.sketch, [x.to_json() for x in c.decisions]) for c in found]
+        space = DesignSpace(func, tvm_target, seed=37)
+        scores = model.score([program_features(space, c.func) for c in found])
+        pick = keys[int(np.argmax(scores))]
+        if (key, pick) not in lat:
+            unmeasured += 1
+            continue
+        rows["a --scheduler ranked build's pick"].append(base / lat[(key, pick)])
+        rows["oracle over a ranked build's candidates"].append(
+            base / min(lat[(key, p)] for p in keys if (key, p) in lat))
     print("| pick (held-out tasks) | tasks | speed-up over the rules (geometric mean) |")
     print("|---|---:|---:|")
     for name, values in rows.items():
         print(f"| {name} | {len(values)} | {geomean(values):.3f} |")
+    if unmeasured:
+        print(f"{unmeasured} ranked picks were not measured in RUN (left out of that row)")
     print(f"{time.time() - started:.0f} s")
 
 

@@ -1,4 +1,4 @@
-"""One-step edits of the rules' point (training/neighbours.py): the local search measured offline."""
+"""One-step edits of the rules' point (schedule/neighbours.py): the local search measured offline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tests.tlm_tasks import example_tasks, x86_space
-from tlmpack.training.neighbours import neighbours, tile_steps
+from tlmpack.schedule.neighbours import neighbours, tile_steps
 
 
 def test_a_tile_step_moves_one_prime_factor_and_keeps_the_product():

@@ -174,11 +174,12 @@ def main(debug: bool) -> None:
               help="Vectorisable erf/exp/tanh approximations (TVM FastMathTransform), checked within 1e-4 "
                    "of onnxruntime/torch on x86 and CUDA; --exact-math keeps libm's functions.")
 @click.option("--scheduler", default="auto", show_default=True,
-              type=click.Choice(["auto", "tlm", "heuristic", "baseline", "dlight"]),
+              type=click.Choice(["auto", "tlm", "heuristic", "ranked", "baseline", "dlight"]),
               help="Who picks the schedules: auto (tlm on x86 for this machine's CPU; heuristic on CUDA and for "
                    "another --cpu, where the TLM lost to the rules on whole models and layers), tlm (the Tensor Language Model, no search; the rules where it is "
                    "unsure or the task is unlike its training), heuristic (compile-time rules from the hardware "
-                   "description), or baseline/dlight (the first release's fixed x86 rules and TVM dlight on CUDA). "
+                   "description), ranked (CUDA: a learned cost model picks among the rules' point, its edits and "
+                   "the TLM's samples, measuring nothing; tlm on x86), or baseline/dlight (the first release's fixed x86 rules and TVM dlight on CUDA). "
                    "tlm and heuristic pre-pack x86 weights.")
 @click.option("--tlm-weights", "tlm_weights", multiple=True, metavar="TARGET=FILE",
               help="Schedule TARGET with these TLM weights (tlmpack tlm train/adapt) instead of the shipped ones.")

@@ -211,7 +211,7 @@ def hint_for(tlm, func, tvm_target, target_kind: str, hardware: Any):
     return rules_hint(func, tvm_target, target_kind, hardware) if needs else None
 
 
-SCHEDULERS = ("auto", "tlm", "heuristic", "baseline", "dlight")
+SCHEDULERS = ("auto", "tlm", "heuristic", "ranked", "baseline", "dlight")
 # What "auto" (the default) runs per target: the TLM on x86, where whole seed models built with it
 # match the rules; the rules on CUDA, where the shipped CUDA model lost to them on three of four seed
 # models on the H200 (BENCHMARKS.md, 2026-12-01) although it beat them on held-out corpus tasks.
@@ -224,10 +224,15 @@ AUTO_SCHEDULER = {"x86": "tlm", "cuda": "heuristic", "x86-cross": "heuristic"}
 def scheduler_for(target_kind: str, scheduler: str, cross_cpu: bool = False) -> str:
     """The scheduler a target runs for the build option ``scheduler``: ``auto`` resolved per target
     (and, on x86, per whether the kernels are for another CPU than the build host's); on CUDA,
-    baseline is dlight (the first release's CUDA scheduler)."""
+    baseline is dlight (the first release's CUDA scheduler); ``ranked`` is the TLM's on targets
+    without a shipped cost model (ranked.RANKED_TARGETS)."""
+    from .ranked import RANKED_TARGETS
+
     kind = "x86-cross" if target_kind == "x86" and cross_cpu else target_kind
     chosen = AUTO_SCHEDULER[kind] if scheduler == "auto" else scheduler
-    if target_kind == "cuda" and chosen not in ("tlm", "heuristic"):
+    if chosen == "ranked" and target_kind not in RANKED_TARGETS:  # no cost model shipped: its TLM
+        chosen = "tlm"
+    if target_kind == "cuda" and chosen not in ("tlm", "heuristic", "ranked"):
         return "dlight"
     return chosen
 
@@ -536,7 +541,8 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
                         scheduler: str | SelectOptions = "dlight") -> tuple[dict[str, Any], list[ScheduleRecord], dict | None]:
     """Schedules every task for CUDA (``target``: lower.cuda.CudaTarget); the record notes who
     chose. ``tlm``: the model, the cuda rules where it falls back, dlight where no rule fits;
-    ``heuristic``: the rules, then dlight; ``dlight``/``baseline``: the first dlight rule that
+    ``ranked``: the cost model's pick among the rules' point, its edits and the TLM's samples
+    (ranked.py), then dlight; ``heuristic``: the rules, then dlight; ``dlight``/``baseline``: the first dlight rule that
     applies. Returns the kernels, the records and the TLM that chose (None if it chose none)."""
     from ..errors import LoweringError
     from .dlight import dlight_schedule
@@ -550,10 +556,10 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
     funcs: dict[str, Any] = {}
     records: list[ScheduleRecord] = []
     started = time.perf_counter()
-    hardware = cuda_hardware(target.ptx_arch) if options.scheduler in ("tlm", "heuristic") else None
+    hardware = cuda_hardware(target.ptx_arch) if options.scheduler in ("tlm", "heuristic", "ranked") else None
     timings: list[tuple[float, float]] = []
     tlm_json = None
-    for task in graph.tasks:
+    for i, task in enumerate(graph.tasks, 1):
         func = graph.task_funcs[task.id]
         prefix = ""
         if options.scheduler == "tlm":
@@ -565,6 +571,17 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
                 timings.append((choice.choose_ms, choice.total_ms))
                 continue
             prefix = f"tlm fallback: {why}; "
+        if options.scheduler == "ranked":
+            picked, prefix = _ranked_cuda(func, tvm_target, hardware, task.name, options)
+            if picked is not None:
+                funcs[task.id] = picked.candidate.func.with_attr("tirx.is_scheduled", True)
+                records.append(ScheduleRecord(task.id, "cuda", picked.candidate.sketch, picked.candidate.decisions,
+                                              picked.chosen_by, picked.note))
+                timings.append((picked.choose_ms, picked.choose_ms))
+                tlm_json = (picked.tlm.to_json() if picked.tlm else {}) | {"cost_model": picked.cost_model.to_json()}
+                if progress:  # about 1.7 s a task: say where it is
+                    progress(f"[{i}/{len(graph.tasks)}] {task.name}: {picked.note} ({picked.choose_ms:.0f} ms)")
+                continue
         if hardware is not None:
             choice = schedule_with_rules(func, tvm_target, "cuda", hardware)
             if choice is not None:
@@ -590,3 +607,16 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
             progress(f"choosing ms per task: mean {sum(choose) / len(choose):.2f}, max {max(choose):.2f}; "
                      f"with design space + replay: mean {sum(total) / len(total):.0f}, max {max(total):.0f}")
     return funcs, records, tlm_json
+
+
+def _ranked_cuda(func, tvm_target, hardware: Any, task_name: str, options: SelectOptions):
+    """(the ranked pick, "") or (None, the fallback note's prefix) when no cost model is installed
+    or no rule fits (the rules, then dlight, take the task)."""
+    from ..tlm.cost_model import CostModelUnavailable
+    from .ranked import rank
+
+    try:
+        picked = rank(func, tvm_target, "cuda", hardware, task_name, (options.tlm_weights or {}).get("cuda"))
+    except CostModelUnavailable as e:
+        return None, f"ranked fallback: {e}; "
+    return picked, ("" if picked is not None else "ranked fallback: no rule fits; ")

@@ -64,9 +64,10 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
     where it is the same point: each model's row reads its own measurement). ``built``: also the
     point a ``--scheduler tlm`` build takes with the main weights (its floor, anchor and hardware
     checks applied, the rules where it falls back), as ``greedy:built``. ``neighbours``: up to that many
-    legal one-step edits of the rules' point (training/neighbours.py; ``chosen_by: search``, rule
+    legal one-step edits of the rules' point (schedule/neighbours.py; ``chosen_by: search``, rule
     ``neighbour``), a local search around it; ``neighbours_of="best"``: around the task's fastest program
     measured on this hardware instead (x86; one more step of a hill climb), leaving out points measured here."""
+    from ..schedule.neighbours import neighbours as edits_of
     from ..schedule.records import Decision
     from ..schedule.select import hint_for, schedule_with_rules, tlm_build_point
     from ..schedule.space import DesignSpace
@@ -74,7 +75,6 @@ def propose(store: Store, target: str, keys: list[str], samples: int, threads: i
     from ..tlm.model import load_file, weights_path
     from .corpus import load_func
     from .dataset import task_info
-    from .neighbours import neighbours as edits_of
     from .x86_build import _point_key
 
     tlm = load_file(Path(weights) if weights else weights_path(target), target)

@@ -180,6 +180,39 @@ def heuristics(tasks: str | None, threads: int | None, everything: bool, pause_n
     click.echo(json.dumps({"tasks": len(keys), **result}, sort_keys=True))
 
 
+@tlm.command("cost-model")
+@click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
+              help="Weights file to write (default: the package's tlmpack/tlm/weights/<target>-cost.safetensors).")
+@click.option("--seeds", default=5, show_default=True, help="Ensemble size (one MLP a seed, 0..N-1).")
+@click.option("--epochs", default=200, show_default=True)
+@click.option("--beta", default=3.0, show_default=True, help="Listwise target sharpness: exp(-beta ln(t / best)).")
+@click.option("--cache", default=None, type=click.Path(dir_okay=False),
+              help="Keep the programs' features in this file between runs (extracting them takes minutes).")
+@click.option("--jobs", default=2, show_default=True, help="Feature-extraction processes.")
+@click.option("--smoke", is_flag=True, help="Six tasks, two epochs, one seed: checks the pipeline.")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def cost_model(target: str, out_path: str | None, seeds: int, epochs: int, beta: float, cache: str | None, jobs: int,
+               smoke: bool, data_dir: str | None) -> None:
+    """Train the cost model a `--scheduler ranked` build ranks candidates with, from the store's measured
+    programs of the training tasks (held-out tasks stay out)."""
+    from pathlib import Path
+
+    from ..tlm.cost_model import cost_model_path
+    from .cost_model import train_and_save
+
+    store = _store(data_dir)
+    out = Path(out_path) if out_path else cost_model_path(target)
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    say(f"extracting the {target} training programs' features ...")
+    try:
+        sha = train_and_save(store, target, out, 1 if smoke else seeds, 2 if smoke else epochs, beta,
+                             Path(cache) if cache else None, jobs, say, max_tasks=6 if smoke else 0)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"wrote {out} (sha256 {sha[:12]})")
+
+
 @tlm.command()
 @click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),

@@ -1,4 +1,5 @@
-"""Programs one step away from a given point (usually the rules'): a local search to measure offline.
+"""Programs one step away from a given point (usually the rules'): a local search, measured offline
+or ranked by the cost model in a `--scheduler ranked` build.
 
 Random programs rarely beat the rules on channels-last convolutions timed as built (the rules won
 72 of 101 such tasks against 12–24 random programs each), so fine-tuning on the best measured program
@@ -18,8 +19,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from ..schedule.records import Decision
-from ..schedule.space import DesignSpace, SamplingSite, fixed_decider, legal_values
+from .records import Decision
+from .space import DesignSpace, SamplingSite, fixed_decider, legal_values
 
 
 def _prime_factors(n: int) -> list[int]:

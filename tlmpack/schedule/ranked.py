@@ -1,0 +1,131 @@
+"""The ``ranked`` scheduler: per task, the candidates a build can write without measuring anything, and
+the shipped cost model's pick among them (tlm/cost_model.py).
+
+The candidates: the rules' point first, the TLM's greedy decode and ``SAMPLES`` seeded top-k samples,
+and ``EDITS`` one-step edits of the rules' point (neighbours.py). On the CUDA held-out tasks the TLM's
+greedy pick alone is level with the rules, while the fastest of these candidates runs 1.25x the rules:
+ranking them is where the speed is (BENCHMARKS.md, 2026-12-07 17:45, "the cost model ranks").
+
+Every candidate is a legal point of the task's space, replayed; on CUDA those under the build's grid
+floor are left out (select._grid_check), the rules' point never. Ties keep the rules' point.
+``SEED`` is the held-out pass's, so that pass measured exactly the candidates a build ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .records import Decision
+from .space import DesignSpace, fixed_decider
+
+SAMPLES = 16  # the TLM's top-k samples besides its greedy point
+EDITS = 8  # one-step edits of the rules' point
+SEED = 37
+RANKED_TARGETS = ("cuda",)  # x86: among the TLM's samples a cost model picked 1.00-1.05x the rules, level with builds
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One written program: where it came from (``rules``, ``tlm greedy``, ``tlm sample N``, ``edit N``)."""
+
+    source: str
+    sketch: int
+    decisions: tuple[Decision, ...]
+    func: Any
+
+
+@dataclass(frozen=True)
+class RankedPick:
+    """The kept candidate, its score over the rules' point's, how many were ranked, and by what."""
+
+    candidate: Candidate
+    margin: float
+    ranked: int
+    cost_model: Any  # tlm.cost_model.CostModel
+    tlm: Any  # tlm.model.LoadedTLM or None
+    choose_ms: float
+
+    @property
+    def chosen_by(self) -> str:
+        return "heuristic" if self.candidate.source == "rules" else "ranked"
+
+    @property
+    def note(self) -> str:
+        return (f"{self.cost_model.id}: {self.candidate.source} of {self.ranked} candidates"
+                + (f", score +{self.margin:.2f} over the rules' point" if self.candidate.source != "rules" else ""))
+
+
+def candidates(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_path: str | None = None,
+               rules=None, grid_floor: bool | None = None) -> list[Candidate]:
+    """The rules' point (``rules``: select.RuleChoice, computed when None), the TLM's greedy point and
+    samples where its weights load, the rules' edits; distinct points, the rules' first. Empty when no
+    rule fits the task. ``grid_floor`` False keeps CUDA points under the grid floor (default: the
+    TLMPACK_RANKED_GRID_FLOOR environment variable, on unless "0": a control for measuring)."""
+    from ..tlm.decode import decode_space
+    from ..tlm.language import describe_task
+    from ..tlm.model import TLMUnavailable, load
+    from .neighbours import neighbours
+    from .select import _grid_check, hint_for, schedule_with_rules
+
+    if grid_floor is None:
+        grid_floor = os.environ.get("TLMPACK_RANKED_GRID_FLOOR", "1") != "0"
+    rules = rules or schedule_with_rules(func, tvm_target, target_kind, hardware)
+    if rules is None:
+        return []
+    out = [Candidate("rules", rules.sketch, tuple(rules.decisions), rules.func)]
+    seen = {(rules.sketch, tuple(rules.decisions))}
+    space = DesignSpace(func, tvm_target, seed=SEED)
+    check = _grid_check(space, hardware) if target_kind == "cuda" and grid_floor else None
+
+    def add(c: Candidate) -> None:
+        if (c.sketch, c.decisions) not in seen:
+            seen.add((c.sketch, c.decisions))
+            out.append(c)
+
+    try:
+        tlm = load(target_kind, tlm_path)
+    except TLMUnavailable:
+        tlm = None
+    if tlm is not None:
+        decoded = decode_space(tlm, space, hardware, describe_task(func, task_name), samples=SAMPLES, seed=SEED,
+                               hint=hint_for(tlm, func, tvm_target, target_kind, hardware))
+        for i, d in enumerate(decoded):
+            if check is None or check.fits(d):
+                add(Candidate("tlm greedy" if i == 0 else f"tlm sample {i}", d.sketch, tuple(d.decisions), d.func))
+    for i, edited in enumerate(neighbours(space, rules.sketch, tuple(rules.decisions), EDITS, SEED), 1):
+        replayed = space.replay(rules.sketch, fixed_decider(edited), locations=True)
+        if replayed is None:
+            continue
+        c = Candidate(f"edit {i}", rules.sketch, tuple(replayed[1]), replayed[0])
+        if check is None or check.fits(c):
+            add(c)
+    return out
+
+
+def rank(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_path: str | None = None,
+         cost_model_path: str | None = None, rules=None) -> RankedPick | None:
+    """The best-scored candidate; None when no rule fits the task (the caller's fallback schedules
+    it). Raises tlm.cost_model.CostModelUnavailable when the target has no cost model."""
+    from ..tlm.cost_model import load, program_features
+    from ..tlm.model import TLMUnavailable
+    from ..tlm.model import load as load_tlm
+
+    model = load(target_kind, cost_model_path)
+    started = time.perf_counter()
+    found = candidates(func, tvm_target, target_kind, hardware, task_name, tlm_path, rules)
+    if not found:
+        return None
+    space = DesignSpace(func, tvm_target, seed=SEED)
+    scores = model.score([program_features(space, c.func) for c in found])
+    best = int(np.argmax(scores))  # the first of equal scores: the rules' point on a tie
+    try:
+        tlm = load_tlm(target_kind, tlm_path)
+    except TLMUnavailable:
+        tlm = None
+    return RankedPick(found[best], float(scores[best] - scores[0]), len(found), model, tlm,
+                      (time.perf_counter() - started) * 1e3)
