@@ -153,10 +153,9 @@ def main() -> None:
             rows[f"oracle over {name}"].append(base / min(lat[(key, p)] for p in pool))
         # what a --scheduler ranked build keeps (its own candidates, grid floor applied)
         rules_choice = schedule_with_rules(func, tvm_target, target, hardware)
-        found = ranked_candidates(func, tvm_target, target, hardware, task["name"], rules=rules_choice,
+        found, space = ranked_candidates(func, tvm_target, target, hardware, task["name"], rules=rules_choice,
                                   grid_floor=False if args.no_grid_floor else None)
         keys = [program_key(c.sketch, [x.to_json() for x in c.decisions]) for c in found]
-        space = DesignSpace(func, tvm_target, seed=37)
         scores = model.score([program_features(space, c.func) for c in found])
         pick = keys[int(np.argmax(scores))]
         if (key, pick) not in lat:

@@ -111,7 +111,7 @@ def test_ranked_candidates_are_distinct_legal_points_rules_first(graph):
     tvm_target = cuda_target(()).tvm_target()
     task = next(t for t in graph.tasks if "matmul" in t.name)
     func = graph.task_funcs[task.id]
-    found = candidates(func, tvm_target, "cuda", cuda_hardware("sm_90"), task.name)
+    found, _ = candidates(func, tvm_target, "cuda", cuda_hardware("sm_90"), task.name)
     assert found[0].source == "rules" and len(found) > 8
     assert len({(c.sketch, c.decisions) for c in found}) == len(found)
     space = DesignSpace(func, tvm_target)
@@ -160,3 +160,15 @@ def test_without_a_cost_model_the_rules_schedule_and_say_why(graph, monkeypatch,
         cost_model.load.cache_clear()
     assert all(r.note.startswith("ranked fallback: no cost model for cuda") for r in records if r.chosen_by != "ranked")
     assert not any(r.chosen_by == "ranked" for r in records)
+
+
+def test_cost_model_command_smoke_trains_a_loadable_file(tmp_path):
+    from click.testing import CliRunner
+
+    from tlmpack.training.cli import tlm
+
+    out = tmp_path / "c.safetensors"
+    result = CliRunner().invoke(tlm, ["cost-model", "--target", "cuda", "--smoke", "--jobs", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    model = load_file(out, "cuda")
+    assert len(model.nets) == 1 and model.to_json()["training"]["groups"] >= 1

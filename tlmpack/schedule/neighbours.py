@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from .records import Decision
 from .space import DesignSpace, SamplingSite, fixed_decider, legal_values
@@ -69,19 +70,26 @@ def _edits(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...]) -> 
             yield tuple(edited)
 
 
-def neighbours(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...], count: int,
-               seed: int = 0, skip: Callable[[tuple[Decision, ...]], bool] | None = None) -> list[tuple[Decision, ...]]:
+def neighbour_points(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...], count: int, seed: int = 0,
+                     skip: Callable[[tuple[Decision, ...]], bool] | None = None) -> list[tuple[tuple[Decision, ...], Any]]:
     """Up to ``count`` legal points of ``sketch`` one step from ``decisions``, a seeded choice among all
-    steps; ``skip`` leaves out the points it is true for (e.g. those measured already)."""
+    steps, each with its scheduled PrimFunc; ``skip`` leaves out the points it is true for (e.g. those
+    measured already)."""
     if count <= 0:
         return []
     edits = [e for e in _edits(space, sketch, decisions) if skip is None or not skip(e)]
     random.Random(seed).shuffle(edits)
-    found: list[tuple[Decision, ...]] = []
+    found: list[tuple[tuple[Decision, ...], Any]] = []
     for edited in edits:
         replayed = space.replay(sketch, fixed_decider(edited), locations=True)
         if replayed is not None and replayed[1] == edited:
-            found.append(edited)
+            found.append((edited, replayed[0]))
             if len(found) == count:
                 break
     return found
+
+
+def neighbours(space: DesignSpace, sketch: int, decisions: tuple[Decision, ...], count: int,
+               seed: int = 0, skip: Callable[[tuple[Decision, ...]], bool] | None = None) -> list[tuple[Decision, ...]]:
+    """The decisions of ``neighbour_points``."""
+    return [edited for edited, _ in neighbour_points(space, sketch, decisions, count, seed, skip)]

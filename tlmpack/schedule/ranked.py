@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .records import Decision
-from .space import DesignSpace, fixed_decider
+from .space import DesignSpace
 
 SAMPLES = 16  # the TLM's top-k samples besides its greedy point
 EDITS = 8  # one-step edits of the rules' point
@@ -61,22 +61,23 @@ class RankedPick:
 
 
 def candidates(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_path: str | None = None,
-               rules=None, grid_floor: bool | None = None) -> list[Candidate]:
+               rules=None, grid_floor: bool | None = None) -> tuple[list[Candidate], DesignSpace | None]:
     """The rules' point (``rules``: select.RuleChoice, computed when None), the TLM's greedy point and
-    samples where its weights load, the rules' edits; distinct points, the rules' first. Empty when no
+    samples where its weights load, the rules' edits; distinct points, the rules' first; and the design
+    space they were written in (its context extracts their features). Empty and None when no
     rule fits the task. ``grid_floor`` False keeps CUDA points under the grid floor (default: the
     TLMPACK_RANKED_GRID_FLOOR environment variable, on unless "0": a control for measuring)."""
     from ..tlm.decode import decode_space
-    from ..tlm.language import describe_task
+    from ..tlm.language import Hint, describe_task
     from ..tlm.model import TLMUnavailable, load
-    from .neighbours import neighbours
-    from .select import _grid_check, hint_for, schedule_with_rules
+    from .neighbours import neighbour_points
+    from .select import _grid_check, schedule_with_rules
 
     if grid_floor is None:
         grid_floor = os.environ.get("TLMPACK_RANKED_GRID_FLOOR", "1") != "0"
     rules = rules or schedule_with_rules(func, tvm_target, target_kind, hardware)
     if rules is None:
-        return []
+        return [], None
     out = [Candidate("rules", rules.sketch, tuple(rules.decisions), rules.func)]
     seen = {(rules.sketch, tuple(rules.decisions))}
     space = DesignSpace(func, tvm_target, seed=SEED)
@@ -92,19 +93,18 @@ def candidates(func, tvm_target, target_kind: str, hardware: Any, task_name: str
     except TLMUnavailable:
         tlm = None
     if tlm is not None:
+        hint = Hint(rules.sketch, tuple(rules.decisions))  # what select.hint_for gives (decode_space drops it if unused)
         decoded = decode_space(tlm, space, hardware, describe_task(func, task_name), samples=SAMPLES, seed=SEED,
-                               hint=hint_for(tlm, func, tvm_target, target_kind, hardware))
+                               hint=hint)
         for i, d in enumerate(decoded):
             if check is None or check.fits(d):
                 add(Candidate("tlm greedy" if i == 0 else f"tlm sample {i}", d.sketch, tuple(d.decisions), d.func))
-    for i, edited in enumerate(neighbours(space, rules.sketch, tuple(rules.decisions), EDITS, SEED), 1):
-        replayed = space.replay(rules.sketch, fixed_decider(edited), locations=True)
-        if replayed is None:
-            continue
-        c = Candidate(f"edit {i}", rules.sketch, tuple(replayed[1]), replayed[0])
+    for i, (edited, edited_func) in enumerate(neighbour_points(space, rules.sketch, tuple(rules.decisions), EDITS,
+                                                               SEED), 1):
+        c = Candidate(f"edit {i}", rules.sketch, tuple(edited), edited_func)
         if check is None or check.fits(c):
             add(c)
-    return out
+    return out, space
 
 
 def rank(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_path: str | None = None,
@@ -117,10 +117,9 @@ def rank(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_
 
     model = load(target_kind, cost_model_path)
     started = time.perf_counter()
-    found = candidates(func, tvm_target, target_kind, hardware, task_name, tlm_path, rules)
+    found, space = candidates(func, tvm_target, target_kind, hardware, task_name, tlm_path, rules)
     if not found:
         return None
-    space = DesignSpace(func, tvm_target, seed=SEED)
     scores = model.score([program_features(space, c.func) for c in found])
     best = int(np.argmax(scores))  # the first of equal scores: the rules' point on a tie
     try:
