@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 from tvm import te, topi
@@ -124,4 +125,46 @@ def test_the_tlm_never_launches_a_cuda_grid_under_one_wave(tmp_path):
             rules = rules_hint(func, cuda_tvm_target(), "cuda", hardware)
             if weights is None and (choice.sketch, tuple(choice.decisions)) == (rules.sketch, rules.decisions):
                 continue  # the anchored model kept the rules' own point
-            assert grid_blocks(footprint, choice.decisions) >= grid_floor(footprint, hardware.sm_count) == 132
+            appended = choice.sketch >= DesignSpace(func, cuda_tvm_target()).metaschedule_sketches
+            assert grid_blocks(footprint, choice.decisions, appended) >= grid_floor(footprint, hardware.sm_count) == 132
+
+
+def _launched_blocks(func) -> int:
+    """The product of the blockIdx loop extents of the scheduled PrimFunc's first kernel (what runs):
+    its thread-bound loops in script order, until a blockIdx tag comes again (the next kernel)."""
+    extents: dict[str, int] = {}
+    for extent, tag in re.findall(r'T\.thread_binding\((\d+), thread="(blockIdx\.[xyz])"', func.script()):
+        if tag in extents:
+            break
+        extents[tag] = int(extent)
+    return math.prod(extents.values())
+
+
+@pytest.mark.parametrize("make", [lambda: _dense(512, 768, 768), lambda: _conv_add_relu(64, 28, 128, 3, 1, 1)],
+                         ids=["dense", "conv"])
+def test_grid_blocks_counts_the_launched_blocks_of_both_sketch_families(make):
+    """The grid floor reads a point's grid from its decisions; on the appended GEMM sketches it used
+    to read 1 (no 5-way tiles), so every such point but the rules' own fell under the floor."""
+    from tlmpack.schedule.cuda_footprint import grid_blocks
+    from tlmpack.schedule.hardware import cuda_hardware
+    from tlmpack.schedule.neighbours import neighbour_points
+    from tlmpack.schedule.select import schedule_with_rules
+
+    func = make()
+    space = DesignSpace(func, cuda_tvm_target())
+    footprint = SharedFootprint.of(func)
+    rules = schedule_with_rules(func, cuda_tvm_target(), "cuda", cuda_hardware("sm_90"))
+    assert rules is not None and rules.sketch >= space.metaschedule_sketches  # the cuda-gemm rule's sketch
+    points = [(rules.sketch, tuple(rules.decisions), rules.func)]
+    points += [(rules.sketch, d, f) for d, f in neighbour_points(space, rules.sketch, tuple(rules.decisions), 6)]
+    rng = random.Random(0)
+    while len(points) < 14:
+        p = sample_cuda_point(space, rng)  # MetaSchedule's sketches
+        if p is not None:
+            points.append((p.sketch, p.decisions, p.func))
+    families = set()
+    for sketch, decisions, scheduled in points:
+        appended = sketch >= space.metaschedule_sketches
+        families.add(appended)
+        assert grid_blocks(footprint, decisions, appended_gemm=appended) == _launched_blocks(scheduled), (sketch, decisions)
+    assert families == {True, False}

@@ -88,12 +88,21 @@ def grid_floor(footprint: SharedFootprint | None, sm_count: int) -> int:
     return min(sm_count, points // POINTS_PER_BLOCK)
 
 
-def grid_blocks(footprint: SharedFootprint, decisions) -> int:
-    """Thread blocks of an SSSRRSRS point: the product of the outermost factors of the main block's
-    spatial tiles (its 5-way tile decisions, in loop order)."""
+def grid_blocks(footprint: SharedFootprint, decisions, appended_gemm: bool = False) -> int:
+    """Thread blocks of a point. An SSSRRSRS point (MetaSchedule's sketches): the product of the
+    outermost factors of the main block's spatial tiles (its 5-way tile decisions, in loop order).
+    A point of the appended ``gemm`` / ``gemm-splitk`` sketches (cuda_gemm_sketch.py): its first two
+    decisions tile M and N 3 ways (grid, threads, registers); the grid is their outer factors, times
+    the batch loops (the output points M and N do not cover), times a split K's outer factor. Read
+    the SSSRRSRS way, such a point has no 5-way tile and looked like one block."""
+    tiles = [d.value for d in decisions if d.kind == "tile"]
+    if appended_gemm and len(tiles) >= 3 and len(tiles[0]) == len(tiles[1]) == 3:
+        m, n, k = tiles[:3]
+        points = math.prod(extent for extent, reduction in footprint.loops if not reduction)
+        batch = max(points // (math.prod(m) * math.prod(n)), 1)
+        return m[0] * n[0] * batch * (k[0] if len(k) == 3 else 1)
     spatial = sum(not reduction for _, reduction in footprint.loops)
-    tiles = [d.value for d in decisions if d.kind == "tile" and len(d.value) == 5][:spatial]
-    return math.prod(t[0] for t in tiles)
+    return math.prod(t[0] for t in [t for t in tiles if len(t) == 5][:spatial])
 
 
 class PointFilter:

@@ -324,8 +324,11 @@ def _grid_check(space: DesignSpace, hardware: Any) -> PointCheck | None:
     floor = grid_floor(footprint, hardware.sm_count)
     if not floor:
         return None
-    return PointCheck(lambda d: grid_blocks(footprint, d.decisions) >= floor,
-                      lambda d: f"grid of {grid_blocks(footprint, d.decisions)} blocks under one wave ({floor}) "
+    def blocks(d) -> int:
+        return grid_blocks(footprint, d.decisions, appended_gemm=d.sketch >= space.metaschedule_sketches)
+
+    return PointCheck(lambda d: blocks(d) >= floor,
+                      lambda d: f"grid of {blocks(d)} blocks under one wave ({floor}) "
                                 f"of {hardware.sm_count} SMs")
 
 
