@@ -172,3 +172,19 @@ def test_cost_model_command_smoke_trains_a_loadable_file(tmp_path):
     assert result.exit_code == 0, result.output
     model = load_file(out, "cuda")
     assert len(model.nets) == 1 and model.to_json()["training"]["groups"] >= 1
+
+
+@needs_nvcc
+def test_two_ranked_builds_in_fresh_processes_are_byte_identical(tmp_path):
+    import subprocess
+    import sys
+
+    onnx_path = tmp_path / "model.onnx"
+    _model(onnx_path)
+    tars = []
+    for name in ("a.tar", "b.tar"):
+        out = tmp_path / name
+        subprocess.run([sys.executable, "-m", "tlmpack.cli", "build", str(onnx_path), "-t", "cuda", "--scheduler",
+                        "ranked", "-o", str(out)], check=True, capture_output=True, timeout=900)
+        tars.append(out.read_bytes())
+    assert tars[0] == tars[1]
