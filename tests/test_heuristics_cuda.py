@@ -54,14 +54,18 @@ def _model(path) -> None:
     onnx.save(model, path)
 
 
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory):
+def model_graph(folder):
+    """_model's fused, partitioned graph (written into ``folder``)."""
     from tlmpack.frontend import load_model
     from tlmpack.graph import fuse_to_tir, partition
 
-    path = tmp_path_factory.mktemp("cuda-heuristics") / "model.onnx"
-    _model(path)
-    return partition(fuse_to_tir(load_model(str(path), {}).mod))
+    _model(folder / "model.onnx")
+    return partition(fuse_to_tir(load_model(str(folder / "model.onnx"), {}).mod))
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    return model_graph(tmp_path_factory.mktemp("cuda-heuristics"))
 
 
 @pytest.fixture(scope="module")

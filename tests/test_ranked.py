@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_heuristics_cuda import _model, needs_nvcc
+from tests.test_heuristics_cuda import _model, model_graph, needs_nvcc
 from tlmpack.tlm.cost_model import CostModel, CostModelUnavailable, cost_model_path, load_file, save
 
 
@@ -85,12 +85,7 @@ def test_the_cuda_cost_model_ships_in_the_package():
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    from tlmpack.frontend import load_model
-    from tlmpack.graph import fuse_to_tir, partition
-
-    path = tmp_path_factory.mktemp("ranked") / "model.onnx"
-    _model(path)
-    return partition(fuse_to_tir(load_model(str(path), {}).mod))
+    return model_graph(tmp_path_factory.mktemp("ranked"))
 
 
 @pytest.fixture(scope="module")
