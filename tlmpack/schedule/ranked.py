@@ -3,7 +3,7 @@ the shipped cost model's pick among them (tlm/cost_model.py).
 
 The candidates: the rules' point first, the TLM's greedy decode and ``SAMPLES`` seeded top-k samples,
 and ``EDITS`` one-step edits of the rules' point (neighbours.py). On the CUDA held-out tasks the TLM's
-greedy pick alone is level with the rules, while the fastest of these candidates runs 1.25x the rules:
+greedy pick alone is level with the rules, while the fastest of these candidates runs 1.22x the rules:
 ranking them is where the speed is (BENCHMARKS.md, 2026-12-07 17:45, "the cost model ranks").
 
 Every candidate is a legal point of the task's space, replayed; on CUDA those under the build's grid

@@ -1,7 +1,7 @@
 """The cost model a ``--scheduler ranked`` build ranks a task's written candidates with, measuring nothing.
 
 The TLM's greedy decode rarely beats the rules, yet its samples and the rules' one-step edits often
-hold a much faster program (on the CUDA held-out tasks an oracle over them reaches 1.25x the rules).
+hold a much faster program (on the CUDA held-out tasks an oracle over them reaches 1.22x the rules).
 Ranking them needs a judge that has seen many programs: MetaSchedule's recipe, trained offline on the
 measured programs of the training tasks (training/cost_model.py). Per buffer store of the scheduled
 PrimFunc, TVM's PerStoreFeature gives 164 numbers; an MLP scores each store and the scores are summed;
