@@ -69,7 +69,6 @@ def candidates(func, tvm_target, target_kind: str, hardware: Any, task_name: str
     TLMPACK_RANKED_GRID_FLOOR environment variable, on unless "0": a control for measuring)."""
     from ..tlm.decode import decode_space
     from ..tlm.language import Hint, describe_task
-    from ..tlm.model import TLMUnavailable, load
     from .neighbours import neighbour_points
     from .select import _grid_check, schedule_with_rules
 
@@ -88,10 +87,7 @@ def candidates(func, tvm_target, target_kind: str, hardware: Any, task_name: str
             seen.add((c.sketch, c.decisions))
             out.append(c)
 
-    try:
-        tlm = load(target_kind, tlm_path)
-    except TLMUnavailable:
-        tlm = None
+    tlm = _tlm_or_none(target_kind, tlm_path)
     if tlm is not None:
         hint = Hint(rules.sketch, tuple(rules.decisions))  # what select.hint_for gives (decode_space drops it if unused)
         decoded = decode_space(tlm, space, hardware, describe_task(func, task_name), samples=SAMPLES, seed=SEED,
@@ -112,8 +108,6 @@ def rank(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_
     """The best-scored candidate; None when no rule fits the task (the caller's fallback schedules
     it). Raises tlm.cost_model.CostModelUnavailable when the target has no cost model."""
     from ..tlm.cost_model import load, program_features
-    from ..tlm.model import TLMUnavailable
-    from ..tlm.model import load as load_tlm
 
     model = load(target_kind, cost_model_path)
     started = time.perf_counter()
@@ -122,9 +116,15 @@ def rank(func, tvm_target, target_kind: str, hardware: Any, task_name: str, tlm_
         return None
     scores = model.score([program_features(space, c.func) for c in found])
     best = int(np.argmax(scores))  # the first of equal scores: the rules' point on a tie
-    try:
-        tlm = load_tlm(target_kind, tlm_path)
-    except TLMUnavailable:
-        tlm = None
-    return RankedPick(found[best], float(scores[best] - scores[0]), len(found), model, tlm,
+    return RankedPick(found[best], float(scores[best] - scores[0]), len(found), model, _tlm_or_none(target_kind, tlm_path),
                       (time.perf_counter() - started) * 1e3)
+
+
+def _tlm_or_none(target_kind: str, tlm_path: str | None):
+    """The TLM whose samples join the candidates (loaded once per process), or None where it has no weights."""
+    from ..tlm.model import TLMUnavailable, load
+
+    try:
+        return load(target_kind, tlm_path)
+    except TLMUnavailable:
+        return None
