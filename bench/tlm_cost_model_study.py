@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--beta", type=float, default=3.0)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--vector-bits", type=int, help="train only on groups measured with this vector width (x86)")
     ap.add_argument("--no-validation", action="store_true")
     ap.add_argument("--no-grid-floor", action="store_true", help="rank CUDA candidates under the grid floor too")
     args = ap.parse_args()
@@ -95,7 +96,7 @@ def main() -> None:
     extra: dict[str, set[str]] = collections.defaultdict(set)
     for r in run:
         extra[r["task"]].add(program_key(r["sketch"], r["decisions"]))
-    groups, feats = training_groups(store, target, cache, args.jobs, extra)
+    groups, feats = training_groups(store, target, cache, args.jobs, extra, vector_bits=args.vector_bits)
     print(f"features: {sum(len(v) for v in feats.values())} programs, {time.time() - started:.0f} s", flush=True)
     print(f"training groups: {len(groups)}, programs: {sum(len(g[1]) for g in groups)}", flush=True)
     if not args.no_validation:
@@ -162,6 +163,10 @@ def main() -> None:
             unmeasured += 1
             continue
         rows["a --scheduler ranked build's pick"].append(base / lat[(key, pick)])
+        for margin in (0.05, 0.1, 0.2, 0.4):  # keep the rules' point unless another is predicted this much faster (ln)
+            kept = pick if scores.max() - scores[0] > margin * args.beta else keys[0]
+            rows[f"  the same, the rules' point kept unless another is predicted exp({margin}) times faster"].append(
+                base / lat[(key, kept)] if (key, kept) in lat else base / lat[(key, pick)])
         rows["oracle over a ranked build's candidates"].append(
             base / min(lat[(key, p)] for p in keys if (key, p) in lat))
     print("| pick (held-out tasks) | tasks | speed-up over the rules (geometric mean) |")

@@ -133,6 +133,42 @@ def test_two_ranked_schedulings_pick_the_same_points(graph, ranked):
                                                                        for r in records]
 
 
+def test_worker_processes_pick_what_one_process_picks(graph):
+    """A build ranks its tasks in worker processes where it has the CPUs: the same picks, in order."""
+    import tvm
+
+    from tlmpack.lower.cuda import cuda_target
+    from tlmpack.schedule.hardware import cuda_hardware
+    from tlmpack.schedule.ranked import rank_tasks
+
+    tasks = [(graph.task_funcs[t.id], t.name) for t in graph.tasks[:3]]
+    args = (cuda_target(()).tvm_target(), "cuda", cuda_hardware("sm_90"))
+    alone, workers = list(rank_tasks(tasks, *args, jobs=1)), list(rank_tasks(tasks, *args, jobs=2))
+    assert len(alone) == len(workers) == len(tasks) and any(p is not None for p in alone)
+    for a, w in zip(alone, workers, strict=True):
+        assert (a is None) == (w is None)
+        if a is not None:
+            assert (w.candidate.source, w.candidate.sketch, w.candidate.decisions, w.note) == (
+                a.candidate.source, a.candidate.sketch, a.candidate.decisions, a.note)
+            tvm.ir.assert_structural_equal(w.candidate.func, a.candidate.func)
+
+
+def test_build_jobs_reads_the_host_or_tlmpack_jobs(monkeypatch):
+    from tlmpack.errors import TlmpackBuildError
+    from tlmpack.schedule import ranked
+
+    monkeypatch.setenv(ranked.JOBS_ENV, "3")
+    assert ranked.build_jobs(100) == 3
+    assert ranked.build_jobs(ranked.TASKS_PER_WORKER) == 1  # too few tasks to pay for a worker's start
+    monkeypatch.delenv(ranked.JOBS_ENV)
+    monkeypatch.setattr("tlmpack.schedule.hardware.host_cores", lambda: 5)
+    assert ranked.build_jobs(100) == 5
+    for bad in ("two", "0", "-1"):
+        monkeypatch.setenv(ranked.JOBS_ENV, bad)
+        with pytest.raises(TlmpackBuildError, match="TLMPACK_JOBS"):
+            ranked.build_jobs(100)
+
+
 @needs_nvcc
 def test_ranked_kernels_compile(ranked, tmp_path):
     from tlmpack.lower.cuda import build_kernels

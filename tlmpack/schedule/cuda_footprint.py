@@ -17,7 +17,7 @@ shared memory: a necessary condition, never one that removes a point the verifie
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class SharedFootprint:
 
     loops: tuple[tuple[int, bool], ...]
     inputs: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...]  # (element bytes, coefficients per dim)
+    # bytes() by tiles: a decode asks about the same few hundred tilings ~10,000 times a task
+    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @staticmethod
     def of(func) -> SharedFootprint | None:
@@ -57,6 +59,13 @@ class SharedFootprint:
 
     def bytes(self, tiles: list[int]) -> int:
         """Shared bytes one block stages for per-loop tile sizes ``tiles`` (loop order)."""
+        key = tuple(tiles)
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._bytes(key)
+        return known
+
+    def _bytes(self, tiles: tuple[int, ...]) -> int:
         total = 0
         for element_bytes, dims in self.inputs:
             span = 1

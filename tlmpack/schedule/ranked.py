@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ SAMPLES = 16  # the TLM's top-k samples besides its greedy point
 EDITS = 8  # one-step edits of the rules' point
 SEED = 37
 RANKED_TARGETS = ("cuda",)  # x86: among the TLM's samples a cost model picked 1.00-1.05x the rules, level with builds
+JOBS_ENV = "TLMPACK_JOBS"  # worker processes that rank a build's tasks (default: this host's CPUs)
+TASKS_PER_WORKER = 4  # fewer tasks than this a worker: starting it (TVM's import, ~3 s) costs more than it saves
 
 
 @dataclass(frozen=True)
@@ -128,3 +131,58 @@ def _tlm_or_none(target_kind: str, tlm_path: str | None):
         return load(target_kind, tlm_path)
     except TLMUnavailable:
         return None
+
+
+def build_jobs(tasks: int) -> int:
+    """Worker processes for ranking ``tasks`` tasks: TLMPACK_JOBS or this host's CPUs, at most one per
+    TASKS_PER_WORKER tasks; 1 means in this process."""
+    from .hardware import host_cores
+
+    from ..errors import TlmpackBuildError
+
+    wanted = os.environ.get(JOBS_ENV, "").strip()
+    if wanted and not (wanted.isdigit() and int(wanted) > 0):
+        raise TlmpackBuildError(f"{JOBS_ENV}={wanted!r}: expected a whole number of worker processes, at least 1")
+    jobs = int(wanted) if wanted else host_cores()
+    return max(1, min(jobs, -(-tasks // TASKS_PER_WORKER)))
+
+
+def rank_tasks(tasks: Sequence[tuple[Any, str]], tvm_target, target_kind: str, hardware: Any,
+               tlm_path: str | None = None, cost_model_path: str | None = None,
+               jobs: int = 1) -> Iterator[RankedPick | None]:
+    """rank() of each (func, task name), in order. About 1 s a task, all of it Python and TVM in one
+    thread, so ``jobs`` > 1 ranks in that many spawned worker processes (each imports TVM and loads the
+    weights once). Each task's pick is seeded by the task alone: the same picks, bytes and order for
+    any ``jobs``. Raises CostModelUnavailable before any worker starts; a worker that dies raises
+    concurrent.futures.process.BrokenProcessPool rather than waiting for it."""
+    from ..tlm.cost_model import load
+
+    model = load(target_kind, cost_model_path)
+    tlm = _tlm_or_none(target_kind, tlm_path)
+    if jobs <= 1 or len(tasks) < 2:
+        for func, name in tasks:
+            yield rank(func, tvm_target, target_kind, hardware, name, tlm_path, cost_model_path)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_worker,
+                             initargs=(tvm_target, target_kind, hardware, tlm_path, cost_model_path)) as pool:
+        for found in pool.map(_rank_in_worker, tasks):
+            yield None if found is None else RankedPick(found[0], found[1], found[2], model, tlm, found[3])
+
+
+_WORKER: tuple = ()  # a rank_tasks worker's (tvm target, target kind, hardware, TLM path, cost model path)
+
+
+def _start_worker(*settings) -> None:
+    global _WORKER
+    _WORKER = settings
+
+
+def _rank_in_worker(task: tuple[Any, str]) -> tuple[Candidate, float, int, float] | None:
+    """One task's pick without the weights (the parent holds its own copies)."""
+    tvm_target, target_kind, hardware, tlm_path, cost_model_path = _WORKER
+    picked = rank(task[0], tvm_target, target_kind, hardware, task[1], tlm_path, cost_model_path)
+    return None if picked is None else (picked.candidate, picked.margin, picked.ranked, picked.choose_ms)

@@ -14,7 +14,7 @@ care who chose.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -562,6 +562,7 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
     hardware = cuda_hardware(target.ptx_arch) if options.scheduler in ("tlm", "heuristic", "ranked") else None
     timings: list[tuple[float, float]] = []
     tlm_json = None
+    ranked = _ranked_cuda(graph, tvm_target, hardware, options) if options.scheduler == "ranked" else None
     for i, task in enumerate(graph.tasks, 1):
         func = graph.task_funcs[task.id]
         prefix = ""
@@ -575,7 +576,7 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
                 continue
             prefix = f"tlm fallback: {why}; "
         if options.scheduler == "ranked":
-            picked, prefix = _ranked_cuda(func, tvm_target, hardware, task.name, options)
+            picked, prefix = next(ranked)
             if picked is not None:
                 funcs[task.id] = picked.candidate.func.with_attr("tirx.is_scheduled", True)
                 records.append(ScheduleRecord(task.id, "cuda", picked.candidate.sketch, picked.candidate.decisions,
@@ -612,14 +613,19 @@ def schedule_cuda_tasks(graph: Graph, target, progress: Callable[[str], None] | 
     return funcs, records, tlm_json
 
 
-def _ranked_cuda(func, tvm_target, hardware: Any, task_name: str, options: SelectOptions):
-    """(the ranked pick, "") or (None, the fallback note's prefix) when no cost model is installed
-    or no rule fits (the rules, then dlight, take the task)."""
+def _ranked_cuda(graph: Graph, tvm_target, hardware: Any, options: SelectOptions) -> Iterator[tuple[Any, str]]:
+    """Per task in order: (the ranked pick, "") or (None, the fallback note's prefix) when no cost
+    model is installed or no rule fits (the rules, then dlight, take the task). Ranked in worker
+    processes where the host has the CPUs (ranked.build_jobs)."""
     from ..tlm.cost_model import CostModelUnavailable
-    from .ranked import rank
+    from .ranked import build_jobs, rank_tasks
 
+    tasks = [(graph.task_funcs[task.id], task.name) for task in graph.tasks]
+    picks = rank_tasks(tasks, tvm_target, "cuda", hardware, (options.tlm_weights or {}).get("cuda"),
+                       jobs=build_jobs(len(tasks)))
     try:
-        picked = rank(func, tvm_target, "cuda", hardware, task_name, (options.tlm_weights or {}).get("cuda"))
+        for picked in picks:
+            yield picked, ("" if picked is not None else "ranked fallback: no rule fits; ")
     except CostModelUnavailable as e:
-        return None, f"ranked fallback: {e}; "
-    return picked, ("" if picked is not None else "ranked fallback: no rule fits; ")
+        for _ in tasks:
+            yield None, f"ranked fallback: {e}; "

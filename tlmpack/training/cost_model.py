@@ -75,13 +75,16 @@ def features(wanted: dict[str, set[str]], root: str, target: str, cache: Path | 
 
 
 def training_groups(store: Store, target: str, cache: Path | None = None, jobs: int = 2,
-                    extra: dict[str, set[str]] | None = None, max_tasks: int = 0) -> tuple[list[Group], dict]:
+                    extra: dict[str, set[str]] | None = None, max_tasks: int = 0,
+                    vector_bits: int | None = None) -> tuple[list[Group], dict]:
     """The measured groups of the training tasks with >= 4 distinct programs and some spread, and
     the features (of those and of ``extra`` programs: task -> program keys, e.g. a held-out pass);
-    ``max_tasks`` > 0: only the groups of that many tasks (the first keys in order: a smoke run)."""
+    ``max_tasks`` > 0: only the groups of that many tasks (the first keys in order: a smoke run);
+    ``vector_bits``: only groups measured on machines with that vector width (x86: 256 or 512)."""
     from .dataset import _groups, heldout_keys, latency
 
-    groups_in = {gk: recs for gk, recs in _groups(store, target, heldout_keys(store, target)).items() if len(recs) >= 4}
+    groups_in = {gk: recs for gk, recs in _groups(store, target, heldout_keys(store, target)).items()
+                 if len(recs) >= 4 and (vector_bits is None or recs[0]["hardware"].get("vector_bits") == vector_bits)}
     if max_tasks > 0:
         kept = set(sorted({gk[0] for gk in groups_in})[:max_tasks])
         groups_in = {gk: recs for gk, recs in groups_in.items() if gk[0] in kept}
