@@ -461,3 +461,26 @@ def test_a_narrow_pointwise_convolution_gets_a_one_vector_tile_on_avx512(host, c
         assert c[3] == 32
     else:
         assert (h[3] * w[3], c[3]) == avx512_tile
+
+
+@pytest.mark.parametrize("channels, size, avx512_tile", [
+    (32, 56, (4, 32)),  # 56x56x32: 4 pixels of two vectors, not 8
+    (144, 28, (7, 16)),  # 28x28x144 (9 vectors): 7 pixels of one, not 14
+    (192, 7, (7, 16)),  # a 7x7 map over 192 channels: 7 pixels of one vector, not two
+])
+def test_a_depthwise_convolution_holds_8_accumulators_on_avx512(host, channels, size, avx512_tile):
+    """Zen 4, 2 threads, in the whole model: MobileNetV2's depthwise kernels 0.57-1.05x (56x56x144
+    150 -> 86 us, 112x112x32 124 -> 91 us), EfficientNet-B0's 0.77-1.10x; both models 0.98x paired
+    (BENCHMARKS.md 2026-12-07 22:00). AVX2 keeps its budget of 12."""
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.hardware import detect_x86
+    from tlmpack.schedule.heuristics.classify import classify
+    from tlmpack.schedule.heuristics.x86_matmul import depthwise_channels_last
+
+    func = _nhwc_conv_relu6(channels, channels, 3, groups=channels, size=size)
+    assert not depthwise_channels_last(classify(func), host[1])  # AVX2
+    assert not depthwise_channels_last(classify(_nhwc_conv_relu6(channels, channels, 3, size=size)),
+                                       detect_x86(("avx512f", "avx2", "fma"), 2))  # a dense convolution
+    zen4 = x86_target("znver4", 2)
+    n, h, w, c = _spatial_tiles(func, (zen4.tvm_target(), detect_x86(zen4.features, 2)))
+    assert (h[3] * w[3], c[3]) == avx512_tile

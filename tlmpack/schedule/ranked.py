@@ -136,9 +136,8 @@ def _tlm_or_none(target_kind: str, tlm_path: str | None):
 def build_jobs(tasks: int) -> int:
     """Worker processes for ranking ``tasks`` tasks: TLMPACK_JOBS or this host's CPUs, at most one per
     TASKS_PER_WORKER tasks; 1 means in this process."""
-    from .hardware import host_cores
-
     from ..errors import TlmpackBuildError
+    from .hardware import host_cores
 
     wanted = os.environ.get(JOBS_ENV, "").strip()
     if wanted and not (wanted.isdigit() and int(wanted) > 0):

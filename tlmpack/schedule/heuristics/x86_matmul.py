@@ -85,6 +85,14 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   over 256 channels or more it gained nothing (0.95-1.02x). In the whole ResNet-50, kernel by
   kernel, about 1.1 ms a run less (BENCHMARKS.md 2026-12-06 21:40); on the 16-core Xeon the seed CNNs
   were level with it in both load orders (0.97-1.04x, 23:15).
+- on AVX-512, a channels-last depthwise convolution holds 8 accumulators, not 16
+  (depthwise_channels_last): each of its multiply-adds loads its own input vector (there is no
+  broadcast operand to share), so the wider tile only adds register pressure. In the store's Zen 4
+  groups the fastest programs of such tasks halve the rules' pixel tile (28x28x200 5x5: 14 -> 7
+  pixels, 1.32-1.36x; 112 -> 56 stride 2 over 96 channels: 8 -> 4 pixels of two vectors, 1.13-1.25x).
+  In the whole model, Zen 4, 2 threads, kernel by kernel: MobileNetV2's ten 0.57-1.05x (56x56x144
+  150 -> 86 us, 112x112x32 124 -> 91 us), EfficientNet-B0's twelve 0.77-1.10x; paired, both models
+  0.98x (BENCHMARKS.md 2026-12-07 22:00). Not measured on the Xeon; AVX2 keeps its budget.
 """
 
 from __future__ import annotations
@@ -269,6 +277,17 @@ def narrow_pointwise(task: TaskClass, hardware) -> bool:
             and math.prod(task.spatial[:-1]) >= NARROW_POINTWISE_ACCUMULATORS)
 
 
+# a channels-last depthwise convolution's register tile on AVX-512 (module notes)
+DEPTHWISE_ACCUMULATORS = 8
+
+
+def depthwise_channels_last(task: TaskClass, hardware) -> bool:
+    """A channels-last grouped (depthwise) convolution on AVX-512: its register tile holds
+    DEPTHWISE_ACCUMULATORS accumulators, not the budget's 16 (module notes)."""
+    return (hardware.lanes(32) == 16 and is_convolution(task) and task.block.startswith("group_conv")
+            and bool(task.reduction) and channels_last(task))
+
+
 def single_row(task: TaskClass) -> bool:
     """One output row (every spatial loop but the last, the vector loop, has extent 1) and no
     epilogue that broadcasts it: a squeeze-excite gate computed inside the tile (sketch_order) ran
@@ -359,6 +378,8 @@ class X86Matmul(Rule):
         max_vectors = 2
         if narrow_pointwise(task, hardware):
             accumulators, max_vectors = NARROW_POINTWISE_ACCUMULATORS, 1
+        elif depthwise_channels_last(task, hardware):
+            accumulators = DEPTHWISE_ACCUMULATORS
         spatial = [s for s in sites if s.kind == "tile" and s.parts == 4]
         if len(spatial) != len(task.spatial) or [s.extent for s in spatial] != list(task.spatial):
             return None  # not the SSRSRS sketch of the main block
