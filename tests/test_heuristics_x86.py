@@ -471,7 +471,7 @@ def test_a_narrow_pointwise_convolution_gets_a_one_vector_tile_on_avx512(host, c
 def test_a_depthwise_convolution_holds_8_accumulators_on_avx512(host, channels, size, avx512_tile):
     """Zen 4, 2 threads, in the whole model: MobileNetV2's depthwise kernels 0.57-1.05x (56x56x144
     150 -> 86 us, 112x112x32 124 -> 91 us), EfficientNet-B0's 0.77-1.10x; both models 0.98x paired
-    (BENCHMARKS.md 2026-12-07 22:00). AVX2 keeps its budget of 12."""
+    (BENCHMARKS.md 2026-12-07 21:15). AVX2 keeps its budget of 12."""
     from tlmpack.lower.x86 import x86_target
     from tlmpack.schedule.hardware import detect_x86
     from tlmpack.schedule.heuristics.classify import classify

@@ -92,7 +92,7 @@ Why these numbers (docs/x86-performance-notes.md has the measurements):
   pixels, 1.32-1.36x; 112 -> 56 stride 2 over 96 channels: 8 -> 4 pixels of two vectors, 1.13-1.25x).
   In the whole model, Zen 4, 2 threads, kernel by kernel: MobileNetV2's ten 0.57-1.05x (56x56x144
   150 -> 86 us, 112x112x32 124 -> 91 us), EfficientNet-B0's twelve 0.77-1.10x; paired, both models
-  0.98x (BENCHMARKS.md 2026-12-07 22:00). Not measured on the Xeon; AVX2 keeps its budget.
+  0.98x (BENCHMARKS.md 2026-12-07 21:15). Not measured on the Xeon; AVX2 keeps its budget.
 """
 
 from __future__ import annotations
