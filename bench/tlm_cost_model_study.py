@@ -147,6 +147,8 @@ def main() -> None:
         every = [p for (t, p) in lat if t == key and p in feats[key]]
         for name, keep in (("the rules' point and its edits", {"heuristic", "neighbour"}),
                            ("greedy + 16 samples + the rules' point and its edits", {"tlm", "heuristic", "neighbour"}),
+                           ("greedy + 16 samples + the rules' point, its edits and the random programs",
+                            {"tlm", "heuristic", "neighbour", "random"}),
                            ("every program of the pass", None)):
             pool = [p for p in every if keep is None or source[(key, p)] in keep] + [rules[key]]
             pick = pool[int(np.argmax(model.score([feats[key][p] for p in pool])))]
