@@ -153,6 +153,15 @@ def test_worker_processes_pick_what_one_process_picks(graph):
             tvm.ir.assert_structural_equal(w.candidate.func, a.candidate.func)
 
 
+def test_a_worker_that_dies_is_a_one_line_build_error():
+    from tlmpack.errors import TlmpackBuildError
+    from tlmpack.schedule.rank_worker import Workers
+
+    with Workers(1, ("not settings",), [(None, "conv")]) as workers:  # rank_for_worker cannot unpack them
+        with pytest.raises(TlmpackBuildError, match=r"ranking worker exited with code 1 before task 'conv': ValueError"):
+            list(workers.results())
+
+
 def test_build_jobs_reads_the_host_or_tlmpack_jobs(monkeypatch):
     from tlmpack.errors import TlmpackBuildError
     from tlmpack.schedule import ranked

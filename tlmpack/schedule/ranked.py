@@ -150,10 +150,10 @@ def rank_tasks(tasks: Sequence[tuple[Any, str]], tvm_target, target_kind: str, h
                tlm_path: str | None = None, cost_model_path: str | None = None,
                jobs: int = 1) -> Iterator[RankedPick | None]:
     """rank() of each (func, task name), in order. About 1 s a task, all of it Python and TVM in one
-    thread, so ``jobs`` > 1 ranks in that many spawned worker processes (each imports TVM and loads the
-    weights once). Each task's pick is seeded by the task alone: the same picks, bytes and order for
-    any ``jobs``. Raises CostModelUnavailable before any worker starts; a worker that dies raises
-    concurrent.futures.process.BrokenProcessPool rather than waiting for it."""
+    thread, so ``jobs`` > 1 ranks in that many worker processes (rank_worker.py, each a fresh
+    interpreter that imports TVM and loads the weights once; task i goes to worker i mod ``jobs``).
+    Each task's pick is seeded by the task alone: the same picks, bytes and order for any ``jobs``.
+    Raises CostModelUnavailable before any worker starts, and TlmpackBuildError when a worker dies."""
     from ..tlm.cost_model import load
 
     model = load(target_kind, cost_model_path)
@@ -162,26 +162,16 @@ def rank_tasks(tasks: Sequence[tuple[Any, str]], tvm_target, target_kind: str, h
         for func, name in tasks:
             yield rank(func, tvm_target, target_kind, hardware, name, tlm_path, cost_model_path)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from .rank_worker import Workers
 
-    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker,
-                             initargs=(tvm_target, target_kind, hardware, tlm_path, cost_model_path)) as pool:
-        for found in pool.map(_rank_in_worker, tasks):
+    settings = (tvm_target, target_kind, hardware, tlm_path, cost_model_path)
+    with Workers(min(jobs, len(tasks)), settings, list(tasks)) as workers:
+        for found in workers.results():
             yield None if found is None else RankedPick(found[0], found[1], found[2], model, tlm, found[3])
 
 
-_WORKER: tuple = ()  # a rank_tasks worker's (tvm target, target kind, hardware, TLM path, cost model path)
-
-
-def _start_worker(*settings) -> None:
-    global _WORKER
-    _WORKER = settings
-
-
-def _rank_in_worker(task: tuple[Any, str]) -> tuple[Candidate, float, int, float] | None:
-    """One task's pick without the weights (the parent holds its own copies)."""
-    tvm_target, target_kind, hardware, tlm_path, cost_model_path = _WORKER
-    picked = rank(task[0], tvm_target, target_kind, hardware, task[1], tlm_path, cost_model_path)
+def rank_for_worker(settings: tuple, func, task_name: str) -> tuple[Candidate, float, int, float] | None:
+    """One task's pick without the weights, as a worker sends it back (the parent holds its own copies)."""
+    tvm_target, target_kind, hardware, tlm_path, cost_model_path = settings
+    picked = rank(func, tvm_target, target_kind, hardware, task_name, tlm_path, cost_model_path)
     return None if picked is None else (picked.candidate, picked.margin, picked.ranked, picked.choose_ms)
