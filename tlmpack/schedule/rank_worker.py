@@ -49,7 +49,10 @@ class Workers:
             proc = self.procs[i % self.count]
             try:
                 yield pickle.load(proc.stdout)
-            except (EOFError, pickle.UnpicklingError) as e:
+            except EOFError as e:  # its stdout closed: it is exiting
+                raise self._died(i % self.count, i) from e
+            except pickle.UnpicklingError as e:  # alive with a corrupt stream: it would block on a full pipe
+                proc.kill()
                 raise self._died(i % self.count, i) from e
 
     def _died(self, worker: int, task: int) -> Exception:

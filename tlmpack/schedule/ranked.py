@@ -157,12 +157,13 @@ def rank_tasks(tasks: Sequence[tuple[Any, str]], tvm_target, target_kind: str, h
     from ..tlm.cost_model import load
 
     model = load(target_kind, cost_model_path)
-    tlm = _tlm_or_none(target_kind, tlm_path)
     if jobs <= 1 or len(tasks) < 2:
         for func, name in tasks:
             yield rank(func, tvm_target, target_kind, hardware, name, tlm_path, cost_model_path)
         return
     from .rank_worker import Workers
+
+    tlm = _tlm_or_none(target_kind, tlm_path)
 
     settings = (tvm_target, target_kind, hardware, tlm_path, cost_model_path)
     with Workers(min(jobs, len(tasks)), settings, list(tasks)) as workers:
