@@ -102,3 +102,29 @@ def test_fixed_decisions_must_match_the_sites(spaces):
     wrong = (Decision("categorical", 0), *point.decisions[1:])
     assert replay_point(space, point.sketch, wrong) is None
     assert replay_point(space, point.sketch, point.decisions[:-1]) is None
+
+
+def test_x86_sketch_order_per_isa():
+    """MetaSchedule lists a reduction's x86 sketches in opposite orders for AVX2 and AVX-512 targets,
+    and a plain matmul's in one order (docs/tvm-0.27-notes.md). Sketch indices in records, sites and
+    TLM sentences are per ISA until DesignSpace puts them in one order: this pins what is true today,
+    so a TVM upgrade or a fix that changes it shows here."""
+    from tvm import te, topi
+
+    from tlmpack.lower.x86 import x86_target
+    from tlmpack.schedule.space import DesignSpace
+
+    def steps(func, cpu: str) -> list[tuple[str, ...]]:
+        space = DesignSpace(func, x86_target(cpu, 1).tvm_target())
+        return [space.steps(i) for i in range(len(space.sketches))]
+
+    def orders(func) -> tuple[list, list]:
+        return steps(func, "znver2"), steps(func, "znver4")
+
+    x = te.placeholder((1, 12, 128, 128), name="x")
+    avx2, avx512 = orders(te.create_prim_func([x, topi.nn.softmax(x, axis=-1)]))
+    assert sorted(map(str, avx2)) == sorted(map(str, avx512)) and len(avx2) > 2
+    assert avx512 == avx2[::-1]
+    a, w = te.placeholder((64, 32), name="A"), te.placeholder((48, 32), name="W")
+    avx2, avx512 = orders(te.create_prim_func([a, w, topi.nn.relu(topi.nn.dense(a, w))]))
+    assert avx512 == avx2
