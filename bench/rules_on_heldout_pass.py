@@ -13,8 +13,6 @@ after (a new point the pass never timed counts as the old one, and is reported).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 
 
@@ -34,7 +32,7 @@ def main() -> None:
     store = Store(default_root())
     lat: dict[tuple[str, str], float] = {}
     rules: dict[str, str] = {}
-    for r in map(json.loads, gzip.open(args.run, "rt")):
+    for r in store.shard(args.run):
         if not r.get("valid"):
             continue
         key = (r["task"], program_key(r["sketch"], r["decisions"]))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
 import json
 import math
 import random
@@ -92,7 +91,7 @@ def main() -> None:
     target = args.target
     cache = Path(args.cache or ("/tmp/tlm_cost_model_features.pkl" if target == "x86"
                                 else f"/tmp/tlm_cost_model_features_{target}.pkl"))
-    run = [r for r in map(json.loads, gzip.open(args.run, "rt")) if r.get("valid")]
+    run = [r for r in store.shard(args.run) if r.get("valid")]
     extra: dict[str, set[str]] = collections.defaultdict(set)
     for r in run:
         extra[r["task"]].add(program_key(r["sketch"], r["decisions"]))

@@ -13,7 +13,6 @@ fastest candidate (an oracle over the model's own candidates). Geometric means o
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 
@@ -37,7 +36,8 @@ def main() -> None:
     from tlmpack.training.dataset import heldout_keys, task_info
     from tlmpack.training.store import Store, default_root
 
-    records = [r for r in map(json.loads, gzip.open(args.run, "rt")) if r.get("valid")]
+    store = Store(default_root())
+    records = [r for r in store.shard(args.run) if r.get("valid")]
     latency: dict[tuple, float] = {}
     rules: dict[str, float] = {}
     for r in records:
@@ -45,7 +45,6 @@ def main() -> None:
         latency[point] = min(latency.get(point, math.inf), r["min_us"])
         if r.get("chosen_by") == "heuristic" and r.get("rule") != "neighbour":
             rules[r["task"]] = min(rules.get(r["task"], math.inf), r["min_us"])
-    store = Store(default_root())
     tlm = load_file(Path(args.weights) if args.weights else weights_path("x86"), "x86")
     tvm_target, hardware = _task_hardware("x86", 1)
     picks: dict[str, list[float]] = {"greedy": [], "surest": [], "fastest (oracle)": []}

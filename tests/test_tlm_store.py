@@ -31,6 +31,34 @@ def test_shards_append_and_stats_count_valid_records_only(tmp_path):
     assert len(list(store.records("x86"))) == 3
 
 
+def test_older_avx512_records_are_read_in_todays_sketch_order(tmp_path):
+    """Records written before 2026-12-08 on a CPU whose old order differed (no ``sketch_order``) are
+    read through data/sketch-order/x86.json; new x86 records are stamped and read as written."""
+    import json
+
+    from tlmpack.training.store import SKETCH_ORDER, sketch_order_path
+
+    store = Store(tmp_path)
+    hw = {"llvm_cpu": "znver4", "cores": 1}
+    old = [{**_record("t1", True), "hardware": hw, "sketch": i} for i in (0, 2, 5)]  # 5: an appended sketch
+    with gzip.open(tmp_path / "old.jsonl.gz", "wt") as f:  # as a shard written before the stamp existed
+        f.write("".join(json.dumps(r) + "\n" for r in old))
+    (tmp_path / "records" / "x86").mkdir(parents=True)
+    (tmp_path / "old.jsonl.gz").rename(tmp_path / "records" / "x86" / "a-old.jsonl.gz")
+    store.writer("x86", run="b-new").append([{**_record("t1", True), "hardware": hw, "sketch": 0}])
+    store.writer("cuda", run="c").append([_record("t1", True, "cuda")])
+    assert [r["sketch"] for r in store.records("x86")] == [0, 2, 5, 0]  # no table: as written
+    path = sketch_order_path(tmp_path)
+    path.parent.mkdir()
+    path.write_text(json.dumps({"t1|znver4|1": [2, 1, 0]}))
+    read = list(store.records())
+    assert [r["sketch"] for r in read] == [0, 2, 0, 5, 0]  # cuda first (shards in path order)
+    assert [r["sketch"] for r in store.records("x86")] == [2, 0, 5, 0]
+    assert [r.get("sketch_order") for r in store.records("x86")] == [None] * 3 + [SKETCH_ORDER]
+    assert [r["sketch"] for r in store.shard(tmp_path / "records" / "x86" / "a-old.jsonl.gz")] == [2, 0, 5]
+    assert "sketch_order" not in next(store.records("cuda"))
+
+
 def test_a_torn_last_batch_loses_only_itself(tmp_path):
     store = Store(tmp_path)
     w = store.writer("x86", run="torn")

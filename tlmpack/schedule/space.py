@@ -141,8 +141,7 @@ class DesignSpace:
             import_tensor_intrinsics(())  # no tensor cores: see cuda_space_rules
             generator = _cuda_space_generator(target)
         else:
-            import_tensor_intrinsics(("x86",))
-            generator = "post-order-apply"
+            generator = _x86_space_generator()
         self.context = ms.TuneContext(mod=self.mod, target=target, space_generator=generator,
                                       task_name="task", num_threads=1, rand_state=seed)
         self.sketches = list(self.context.generate_design_space())
@@ -231,6 +230,16 @@ class DesignSpace:
         except Exception:  # TVM raises ScheduleError / TVMError for points that do not schedule
             return None
         return sch.mod["main"], tuple(decisions)
+
+
+def _x86_space_generator():
+    """MetaSchedule's LLVM rules on every x86 target. Left to the target, an AVX-512 or VNNI one adds
+    the int8 dot-product tiling rule, which never applies to our fp32 tasks but lists a reduction's
+    sketches (and a few matmuls') in the opposite order, so one sketch index meant two schedules
+    (docs/tvm-0.27-notes.md). The LLVM rules give every ISA the order AVX2 hosts always had."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.space_generator.PostOrderApply(sch_rules="llvm", postprocs="llvm", mutator_probs="llvm")
 
 
 def _cuda_space_generator(target):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..schedule.hardware import X86Hardware
-from .store import Store
+from .store import LEGACY_SKETCH_ORDER, SKETCH_ORDER, Store
 
 MAX_PARAM_BYTES = 1 << 20
 
@@ -111,7 +111,7 @@ def build_batch(store: Store, machine: Machine, train_keys: list[str], eval_keys
         say(f"[{i}/{len(train_keys) + len(eval_keys)}] {task['name'][:32]} ({role}): {len(programs)} programs, "
             f"{time.perf_counter() - started:.0f} s" + (f" ({job.error})" if job.error else ""))
     batch = {"cpu": machine.cpu, "hardware": machine.hardware_json(), "threads": cores, "seed": seed,
-             "models": {n: m.to_json() for n, m in models.items()}, "programs": programs,
+             "sketch_order": SKETCH_ORDER, "models": {n: m.to_json() for n, m in models.items()}, "programs": programs,
              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (out_dir / "batch.json").write_text(json.dumps(batch, sort_keys=True))
     return {"programs": len(programs), "tasks": len(train_keys) + len(eval_keys), "seconds": time.perf_counter() - started}
@@ -163,7 +163,9 @@ def import_results(store: Store, batch_dir: Path, results: dict) -> list[dict]:
             "model": model, "sketch": p["sketch"], "decisions": p["decisions"], "chosen_by": p["chosen_by"],
             "rule": p.get("rule", ""), "tlm_model": p.get("model", ""), "role": p["role"], "other_load": 0.0,
             **({"weights": p["weights"]} if "weights" in p else {}),
-            "time": results["time"], **{k: v for k, v in r.items() if k not in ("folder", "name")}})
+            "time": results["time"], **{k: v for k, v in r.items() if k not in ("folder", "name")},
+            # a batch built before 2026-12-08 numbered its sketches in its CPU's old order (sketch_order.py)
+            "sketch_order": batch.get("sketch_order", LEGACY_SKETCH_ORDER)})
     if records:
         store.writer("x86", f"adapt-{batch['cpu']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}").append(records)
     return records

@@ -282,6 +282,16 @@ def sites(target: str, data_dir: str | None) -> None:
     click.echo(json.dumps(compute_sites(_store(data_dir), target, say=lambda m: click.echo(m, err=True))))
 
 
+@tlm.command("sketch-order")
+@click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")
+def sketch_order(data_dir: str | None) -> None:
+    """Map older x86 records' sketch indices (numbered per ISA before 2026-12-08) to today's order:
+    data/sketch-order/x86.json, which reading the store applies."""
+    from .sketch_order import compute_table
+
+    click.echo(json.dumps(compute_table(_store(data_dir), say=lambda m: click.echo(m, err=True))))
+
+
 @tlm.command()
 @click.option("--target", required=True, type=click.Choice(["x86", "cuda"]))
 @click.option("--data-dir", default=None, help="The store (default: the checkout's data/).")

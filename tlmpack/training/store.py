@@ -24,6 +24,12 @@ RECORD_VERSION = 1
 QUIET_SLACK = 0.2  # cores of other work tolerated beyond those the measurement left free
 
 
+# x86 records' ``sketch_order`` (training/sketch_order.py): "llvm", DesignSpace's order on every ISA
+# since 2026-12-08; "target" (or absent, before then), the order MetaSchedule's rules for the record's
+# CPU gave, which data/sketch-order/x86.json maps to today's where it differed
+SKETCH_ORDER = "llvm"
+LEGACY_SKETCH_ORDER = "target"
+
 WEIGHTS_AS_BUILT = "as-built"  # records' ``weights``: the kernel read the weight packed as a build packs it
 
 
@@ -41,6 +47,25 @@ def is_quiet(record: dict) -> bool:
     machine's cpus minus the threads used (plus a little slack)."""
     free = int(record.get("machine", {}).get("cores") or 0) - int(record.get("hardware", {}).get("cores") or 0)
     return record.get("other_load", 0.0) <= max(free, 0) + QUIET_SLACK
+
+
+def sketch_order_path(root: Path) -> Path:
+    return root / "sketch-order" / "x86.json"
+
+
+def legacy_order_key(task: str, cpu: str, cores: int) -> str:
+    return f"{task}|{cpu}|{cores}"
+
+
+def _in_todays_order(record: dict, table: dict[str, list[int]]) -> dict:
+    """An older x86 record with its sketch index in today's order (training/sketch_order.py)."""
+    if record.get("target") != "x86" or record.get("sketch_order") == SKETCH_ORDER:
+        return record
+    hw = record.get("hardware", {})
+    mapping = table.get(legacy_order_key(record["task"], hw.get("llvm_cpu", ""), int(hw.get("cores") or 0)))
+    if mapping and 0 <= record["sketch"] < len(mapping):  # appended sketches come after and keep theirs
+        record = {**record, "sketch": mapping[record["sketch"]]}
+    return record
 
 
 def default_root() -> Path:
@@ -108,14 +133,25 @@ class Store:
 
     # ---- records ------------------------------------------------------------------------------
     def records(self, target: str | None = None, as_built: bool = False) -> Iterator[dict]:
-        """Every record (valid or not) of ``target`` (all targets when None), shard by shard.
-        ``as_built``: only those whose kernel was timed as builds run it (timed_as_built)."""
+        """Every record (valid or not) of ``target`` (all targets when None), shard by shard, x86
+        sketch indices in today's order (sketch_order_path). ``as_built``: only those whose kernel was timed as builds run it (timed_as_built)."""
         base = self.root / "records"
         weight_params = self.weight_params() if as_built else {}
+        table = self._sketch_orders()
         for shard in sorted(base.glob(f"{target or '*'}/*.jsonl.gz")):
-            for r in read_shard(shard):
+            for r in self.shard(shard, table):
                 if not as_built or timed_as_built(r, weight_params):
                     yield r
+
+    def shard(self, path: str | Path, table: dict[str, list[int]] | None = None) -> Iterator[dict]:
+        """One shard's records (any path, e.g. a pass's own run), x86 sketch indices in today's order."""
+        table = self._sketch_orders() if table is None else table
+        for r in read_shard(Path(path)):
+            yield _in_todays_order(r, table)
+
+    def _sketch_orders(self) -> dict[str, list[int]]:
+        path = sketch_order_path(self.root)
+        return json.loads(path.read_text()) if path.is_file() else {}
 
     def writer(self, target: str, run: str | None = None) -> ShardWriter:
         run = run or f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{socket.gethostname()[:16]}-{os.getpid()}"
@@ -203,6 +239,7 @@ class ShardWriter:
         if not records:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        records = [{"sketch_order": SKETCH_ORDER, **r} if r.get("target") == "x86" else r for r in records]
         payload = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()
         member = gzip.compress(payload, compresslevel=9, mtime=0)
         with open(self.path, "ab") as f:
