@@ -141,6 +141,7 @@ class DesignSpace:
             import_tensor_intrinsics(())  # no tensor cores: see cuda_space_rules
             generator = _cuda_space_generator(target)
         else:
+            import_tensor_intrinsics(("x86",))  # before MetaSchedule imports them all (about 50 s)
             generator = _x86_space_generator()
         self.context = ms.TuneContext(mod=self.mod, target=target, space_generator=generator,
                                       task_name="task", num_threads=1, rand_state=seed)
