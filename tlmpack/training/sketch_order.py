@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 from .store import SKETCH_ORDER, Store, legacy_order_key, sketch_order_path
 
@@ -21,9 +20,9 @@ _INT8_TILING = "MultiLevelTilingWithIntrin"  # the rule an AVX-512/VNNI target a
 
 
 def _target(cpu: str, cores: int):
-    import tvm
+    from ..lower.x86 import X86Target
 
-    return tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": cores})
+    return X86Target(cpu, cores, ()).tvm_target()  # the record's own CPU: no host check, no features needed
 
 
 def target_reordered(cpu: str, cores: int) -> bool:
@@ -85,4 +84,4 @@ def compute_table(store: Store, say: Callable[[str], None] = print) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table, sort_keys=True, indent=0) + "\n")
     return {"groups": len(groups), "reordering_cpus": sorted({c for (c, _), r in reordered.items() if r}),
-            "checked": len(todo), "differ": len(table), "path": str(Path(path))}
+            "checked": len(todo), "differ": len(table), "path": str(path)}

@@ -134,7 +134,8 @@ class Store:
     # ---- records ------------------------------------------------------------------------------
     def records(self, target: str | None = None, as_built: bool = False) -> Iterator[dict]:
         """Every record (valid or not) of ``target`` (all targets when None), shard by shard, x86
-        sketch indices in today's order (sketch_order_path). ``as_built``: only those whose kernel was timed as builds run it (timed_as_built)."""
+        sketch indices in today's order (sketch_order_path). ``as_built``: only those whose kernel
+        was timed as builds run it (timed_as_built)."""
         base = self.root / "records"
         weight_params = self.weight_params() if as_built else {}
         table = self._sketch_orders()
